@@ -1,0 +1,29 @@
+# dybw — `make help` lists the targets.
+PYTHON ?= python
+export DYBW_DATA_DIR ?= $(abspath ../shared/data)
+
+.PHONY: help install test test-fast run smoke bench clean
+
+help:  ## show this help
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
+
+install:  ## install dybw and its test tools with pip (editable)
+	$(PYTHON) -m pip install -e ".[test]"
+
+test:  ## run the whole test suite (needs the datasets: DYBW_DATA_DIR, default ../shared/data)
+	$(PYTHON) -m pytest -q
+
+test-fast:  ## the tests that need no real dataset run
+	$(PYTHON) -m pytest -q -m "not slow"
+
+run:  ## the README's main job: cb-DyBW and cb-Full on MNIST
+	$(PYTHON) run.py -m algo=cb_dybw,cb_full dataset=mnist
+
+smoke:  ## a seconds-long run on the synthetic task
+	$(PYTHON) run.py experiment=smoke
+
+bench:  ## engine vs bare TF step; time per iteration vs N
+	$(PYTHON) bench/bench_engine.py
+
+clean:  ## remove run outputs
+	rm -rf results/ multirun/ outputs/

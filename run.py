@@ -1,0 +1,31 @@
+#!/usr/bin/env python
+"""dybw entry point: compose the config (Hydra) -> validate every job -> run each -> write results.
+
+    python run.py                                   # one job with the paper's defaults
+    python run.py -m algo=cb_dybw,cb_full dataset=mnist   # a multirun, one job per algorithm
+"""
+
+import sys
+from pathlib import Path
+
+import hydra
+
+from dybw.cli import FAILED_JOBS, fail, prevalidate, register_resolvers, run_hydra_job
+
+CONF_DIR = Path(__file__).resolve().parent / "conf"
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg):
+    return run_hydra_job(cfg)
+
+
+if __name__ == "__main__":
+    prevalidate(sys.argv[1:], CONF_DIR)
+    register_resolvers()
+    try:
+        main()
+    except KeyboardInterrupt:
+        fail("interrupted: measured results were flushed, status 'interrupted'", code=130)
+    if FAILED_JOBS:
+        sys.exit(1)

@@ -1,0 +1,236 @@
+"""Datasets for dybw: MNIST, CIFAR-10 (verified official files) and a synthetic Gaussian mixture.
+
+``load_dataset(cfg, num_workers, data_seed)`` returns a :class:`Dataset`: preprocessed float32
+features, int32 labels and one disjoint index shard per worker. Configuration problems raise
+``ConfigError`` (before any file is read where possible); file problems raise ``DataError``.
+
+Environment: ``DYBW_DATA_DIR`` (dataset files, default ``./data``), ``DYBW_CACHE_DIR``
+(MD5 memo and preprocessing cache, default ``~/.cache/dybw``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+# Import the submodules, not their same-named functions: binding `partition` / `preprocess` here
+# would shadow the submodules, making `import dybw.data.preprocess as m` return the function.
+from dybw.data import partition as _partition
+from dybw.data import preprocess as _preprocess
+from dybw.data.partition import SPLITS
+from dybw.data.preprocess import NORMALIZE_CHOICES
+from dybw.data.sources import cache_dir_from_env, data_dir_from_env, ensure_files, files_digest, load_raw
+from dybw.data.synthetic import make_synthetic
+from dybw.errors import ConfigError, DataError
+
+__all__ = [
+    "DATASET_INFO",
+    "DATASET_NAMES",
+    "NORMALIZE_CHOICES",
+    "SPLITS",
+    "ConfigError",
+    "DataError",
+    "Dataset",
+    "cache_dir_from_env",
+    "data_dir_from_env",
+    "ensure_files",
+    "feature_dim_of",
+    "input_dim_of",
+    "load_dataset",
+    "load_raw",
+    "make_synthetic",
+    "num_classes_of",
+    "test_size_of",
+    "train_size_of",
+]
+
+DATASET_INFO = {
+    "mnist": {"train": 60000, "test": 10000, "input_dim": 784, "classes": 10},
+    "cifar10": {"train": 50000, "test": 10000, "input_dim": 3072, "classes": 10},
+}
+DATASET_NAMES = (*DATASET_INFO, "synthetic")
+
+_MISSING = object()
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: element-wise array comparison has no single truth value
+class Dataset:
+    """A preprocessed dataset split among workers.
+
+    ``shards[i]`` holds the sorted int64 indices into ``x_train`` / ``y_train`` of worker i.
+    """
+
+    name: str
+    x_train: np.ndarray  # float32 [n_train, dim] (after preprocessing)
+    y_train: np.ndarray  # int32 [n_train]
+    x_test: np.ndarray  # float32 [n_test, dim]
+    y_test: np.ndarray  # int32 [n_test]
+    num_classes: int
+    shards: tuple[np.ndarray, ...]  # per worker, int64 indices into x_train
+
+    @property
+    def input_dim(self) -> int:
+        """Feature dimension seen by the model (pca_dim when PCA is on)."""
+        return int(self.x_train.shape[1])
+
+
+def _field(cfg, key: str, default=_MISSING):
+    """``cfg.key`` for an attribute object (dataclass, OmegaConf DictConfig) or ``cfg[key]`` for a
+    mapping; ``default`` when absent or None; ``ConfigError`` when absent and required."""
+    try:
+        value = cfg[key] if isinstance(cfg, Mapping) else getattr(cfg, key)
+    except Exception:  # noqa: BLE001 - AttributeError/KeyError and OmegaConf's missing-value errors
+        value = None
+    if value is None:
+        if default is _MISSING:
+            raise ConfigError(f"dataset.{key}", None, "is required but missing from the dataset config")
+        return default
+    return value
+
+
+def _name(cfg) -> str:
+    name = _field(cfg, "name")
+    if name not in DATASET_NAMES:
+        raise ConfigError("dataset.name", name, f"valid: {', '.join(DATASET_NAMES)}")
+    return name
+
+
+def _int_field(cfg, key: str, lo: int, default=_MISSING) -> int:
+    value = _field(cfg, key, default)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < lo:
+        raise ConfigError(f"dataset.{key}", value, f"must be an integer >= {lo}")
+    return int(value)
+
+
+def input_dim_of(cfg) -> int:
+    """Raw feature dimension d of the configured dataset (before PCA), without loading it."""
+    name = _name(cfg)
+    return _int_field(cfg, "input_dim", 1) if name == "synthetic" else DATASET_INFO[name]["input_dim"]
+
+
+def feature_dim_of(cfg) -> int:
+    """Feature dimension after preprocessing: ``pca_dim`` if > 0, else :func:`input_dim_of`."""
+    pca_dim = _field(cfg, "pca_dim", 0)
+    return int(pca_dim) if isinstance(pca_dim, (int, np.integer)) and pca_dim > 0 else input_dim_of(cfg)
+
+
+def train_size_of(cfg) -> int:
+    """Number of training samples of the configured dataset, without loading it."""
+    name = _name(cfg)
+    return _int_field(cfg, "num_train", 1) if name == "synthetic" else DATASET_INFO[name]["train"]
+
+
+def test_size_of(cfg) -> int:
+    """Number of test samples of the configured dataset, without loading it."""
+    name = _name(cfg)
+    return _int_field(cfg, "num_test", 1) if name == "synthetic" else DATASET_INFO[name]["test"]
+
+
+def num_classes_of(cfg) -> int:
+    """Number of classes of the configured dataset, without loading it."""
+    name = _name(cfg)
+    return _int_field(cfg, "num_classes", 2) if name == "synthetic" else DATASET_INFO[name]["classes"]
+
+
+def _batch_error(batch_size: int, smallest: int, num_workers: int, split: str) -> ConfigError:
+    return ConfigError(
+        "dataset.batch_size",
+        batch_size,
+        f"must be at most the smallest worker shard ({smallest} samples with {num_workers} workers, split={split})",
+    )
+
+
+def load_dataset(
+    cfg,
+    num_workers: int,
+    data_seed: int,
+    data_dir: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+) -> Dataset:
+    """Load, preprocess and partition the dataset described by ``cfg``.
+
+    ``cfg`` fields: ``name`` (mnist | cifar10 | synthetic), ``batch_size``; optional ``normalize``
+    (default "standard"), ``pca_dim`` (0), ``whiten`` (false), ``split`` ("iid"),
+    ``shards_per_worker`` (2), ``dirichlet_alpha`` (0.5); for synthetic ``num_train``,
+    ``num_test``, ``input_dim``, ``num_classes``, ``class_sep``.
+
+    ``data_seed`` seeds the partition (``default_rng(data_seed)``) and the synthetic data.
+    Files come from ``data_dir`` (default ``$DYBW_DATA_DIR`` or ``./data``); the preprocessing
+    cache lives in ``cache_dir`` (default ``$DYBW_CACHE_DIR`` or ``~/.cache/dybw``).
+    Raises ``ConfigError`` if some worker's shard is smaller than ``batch_size``.
+    """
+    # --- validate everything that does not need the data, so config errors come first -----------
+    name = _name(cfg)
+    batch_size = _int_field(cfg, "batch_size", 1)
+    if isinstance(num_workers, (bool, np.bool_)) or not isinstance(num_workers, (int, np.integer)) or num_workers < 1:
+        raise ConfigError("num_workers", num_workers, "must be an integer >= 1")
+    num_workers = int(num_workers)
+    normalize = _field(cfg, "normalize", "standard")
+    whiten = _field(cfg, "whiten", False)
+    pca_dim = _preprocess.check_options(input_dim_of(cfg), normalize, _field(cfg, "pca_dim", 0), whiten)
+    split = _field(cfg, "split", "iid")
+    if split not in SPLITS:
+        raise ConfigError("dataset.split", split, f"valid: {', '.join(SPLITS)}")
+    k = _int_field(cfg, "shards_per_worker", 1, 2)
+    alpha = _field(cfg, "dirichlet_alpha", 0.5)
+    n_train = train_size_of(cfg)
+    # Best case for the smallest shard, known before loading: iid / dirichlet cannot beat
+    # floor(n/N); shards give exactly k * floor(n / (N k)).
+    best = n_train // num_workers if split != "shards" else k * (n_train // (num_workers * k))
+    if best < batch_size:
+        raise _batch_error(batch_size, best, num_workers, split)
+
+    # --- raw data -------------------------------------------------------------------------------
+    if name == "synthetic":
+        x_tr, y_tr, x_te, y_te = make_synthetic(
+            _int_field(cfg, "num_train", 1),
+            _int_field(cfg, "num_test", 1),
+            _int_field(cfg, "input_dim", 1),
+            _int_field(cfg, "num_classes", 2),
+            _field(cfg, "class_sep"),
+            data_seed,
+        )
+        cache_key = None  # regenerating is cheaper than caching every seed
+    else:
+        data_dir = Path(data_dir) if data_dir is not None else data_dir_from_env()
+        cache_dir = Path(cache_dir) if cache_dir is not None else cache_dir_from_env()
+        x_tr, y_tr, x_te, y_te = load_raw(name, data_dir, cache_dir=cache_dir)
+        # The files were verified against these MD5s, so they identify the raw bytes exactly.
+        cache_key = f"{name}-{files_digest(name)}"
+
+    # --- partition before the (possibly slow, cold-cache) PCA, so its errors come early --------
+    shards = _partition.partition(
+        y_tr,
+        num_workers,
+        split=split,
+        seed=data_seed,
+        shards_per_worker=k,
+        dirichlet_alpha=alpha,
+        min_size=batch_size if split == "dirichlet" else 1,
+    )
+    smallest = min(s.shape[0] for s in shards)
+    if smallest < batch_size:
+        raise _batch_error(batch_size, smallest, num_workers, split)
+
+    x_tr, x_te = _preprocess.preprocess(
+        x_tr,
+        x_te,
+        normalize=normalize,
+        pca_dim=pca_dim,
+        whiten=bool(whiten),
+        cache_dir=cache_dir if cache_key is not None else None,
+        cache_key=cache_key,
+    )
+    return Dataset(
+        name=name,
+        x_train=x_tr,
+        y_train=y_tr.astype(np.int32),
+        x_test=x_te,
+        y_test=y_te.astype(np.int32),
+        num_classes=num_classes_of(cfg) if name == "synthetic" else DATASET_INFO[name]["classes"],
+        shards=tuple(shards),
+    )

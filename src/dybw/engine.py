@@ -1,0 +1,234 @@
+"""The local backend: all N workers in one process, vectorised, on the virtual clock.
+
+Per iteration k (ATC; CTA swaps the two lines)::
+
+    Y = X - eta(k) * G(X)        one batched TF step for every worker's minibatch gradient
+    X = W(k) @ Y                 mixing as one [N, N] x [N, P] product
+
+The timing (virtual clock, used sets, W(k)) and the minibatch indices never depend on the model, so they
+are prepared a chunk of iterations at a time with numpy (:class:`Schedule`), and the TF side only runs
+the numeric steps (:class:`BatchedTrainer`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import DybwError
+from .mixing import mixing_matrices
+from .models import StackedNetwork
+from .policies import make_policy
+from .protocol import Protocol, TimingChunk
+from .sampling import BatchSampler
+from .stragglers import DelaySampler
+from .tf_setup import import_tensorflow
+
+
+class Diverged(DybwError):
+    """A loss or a parameter became NaN or infinite."""
+
+
+@dataclass
+class ScheduleChunk:
+    timing: TimingChunk
+    weights: np.ndarray  # float32 [T, N, N]
+    batches: np.ndarray  # int32 [T, N, B]
+    learning_rates: np.ndarray  # float32 [T]
+
+
+class Schedule:
+    """Everything about iterations k0..k0+T-1 that does not depend on the model."""
+
+    def __init__(self, cfg, graph, shards):
+        self.cfg = cfg
+        links = graph.directed_links()
+        self.degrees = graph.degrees
+        self.delays = DelaySampler(cfg.straggler.compute, cfg.straggler.link, links, cfg.num_workers, cfg.seed)
+        self.protocol = Protocol(cfg.num_workers, links, make_policy(cfg.algo, graph.degrees),
+                                 cfg.protocol.sync, cfg.algo.update)
+        self.batches = BatchSampler(shards, cfg.dataset.batch_size, cfg.seed)
+        self.next_iteration = 0
+
+    def learning_rate(self, k: np.ndarray) -> np.ndarray:
+        """``eta(k) = eta0 * delta^k``."""
+        return (self.cfg.algo.eta0 * self.cfg.algo.delta ** np.asarray(k, dtype=np.float64)).astype(np.float32)
+
+    def next_chunk(self, count: int) -> ScheduleChunk:
+        k0 = self.next_iteration
+        timing = self.protocol.advance(self.delays.compute(k0, count), self.delays.link(k0, count))
+        weights = mixing_matrices(timing.used, self.cfg.algo.mixing, self.degrees)
+        batches = self.batches.take(k0, count)
+        self.next_iteration += count
+        return ScheduleChunk(timing, weights, batches, self.learning_rate(np.arange(k0, k0 + count)))
+
+
+class BatchedTrainer:
+    """TF side: the stacked parameters ``X`` ``[N, P]`` and the compiled step and evaluation."""
+
+    def __init__(self, network: StackedNetwork, dataset, update: str, weight_decay: float, initial: np.ndarray,
+                 num_workers: int):
+        tf = self.tf = import_tensorflow()
+        self.network = network
+        self.weight_decay = float(weight_decay)
+        # Variables, not constants: XLA would otherwise embed the whole dataset in the compiled program.
+        self.x_train = tf.Variable(dataset.x_train, trainable=False)
+        self.y_train = tf.Variable(dataset.y_train.astype(np.int32), trainable=False)
+        self.x_test = tf.Variable(dataset.x_test, trainable=False)
+        self.y_test = tf.Variable(dataset.y_test.astype(np.int32), trainable=False)
+        self.params = tf.constant(np.tile(initial[None, :], (num_workers, 1)))
+        step = self._adapt_then_combine if update == "atc" else self._combine_then_adapt
+        self._step = tf.function(step, jit_compile=True)
+        self._evaluate = tf.function(self._evaluation, jit_compile=True)
+
+    def _local_losses(self, params, indices):
+        """``f_j(x_j; batch_j)`` for every worker j: mean cross-entropy (+ weight decay), ``[N]``."""
+        tf = self.tf
+        x = tf.gather(self.x_train, indices)
+        y = tf.gather(self.y_train, indices)
+        logits = self.network.logits(tf, params, x)
+        losses = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits), axis=1)
+        if self.weight_decay:
+            losses += 0.5 * self.weight_decay * tf.reduce_sum(tf.square(params), axis=1)
+        return losses
+
+    def _gradients(self, params, indices):
+        tf = self.tf
+        with tf.GradientTape() as tape:
+            tape.watch(params)
+            losses = self._local_losses(params, indices)
+            total = tf.reduce_sum(losses)  # workers' parameters are disjoint rows: d total / d x_j = grad f_j
+        return tape.gradient(total, params), losses
+
+    def _adapt_then_combine(self, params, indices, lr, weights):
+        """ATC: ``X' = W (X - eta G(X))``."""
+        grads, losses = self._gradients(params, indices)
+        return self.tf.matmul(weights, params - lr * grads), losses
+
+    def _combine_then_adapt(self, params, indices, lr, weights):
+        """CTA: ``X' = W X - eta G(W X)``."""
+        mixed = self.tf.matmul(weights, params)
+        grads, losses = self._gradients(mixed, indices)
+        return mixed - lr * grads, losses
+
+    def step(self, indices, lr, weights) -> np.ndarray:
+        """One iteration for every worker; returns the local minibatch losses ``[N]``."""
+        self.params, losses = self._step(self.params, indices, lr, weights)
+        return losses.numpy()
+
+    def _evaluation(self, params):
+        tf = self.tf
+        average = tf.reduce_mean(params, axis=0, keepdims=True)
+
+        def loss_and_accuracy(p, x, y):
+            logits = self.network.logits(tf, p, x[None])
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=tf.broadcast_to(y[None], tf.shape(logits)[:2]), logits=logits), axis=1)
+            correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), y[None]), tf.float32)
+            return loss, tf.reduce_mean(correct, axis=1)
+
+        train_loss, _ = loss_and_accuracy(average, self.x_train, self.y_train)
+        test_loss, test_accuracy = loss_and_accuracy(average, self.x_test, self.y_test)
+        _, local_accuracy = loss_and_accuracy(params, self.x_test, self.y_test)
+        consensus = tf.reduce_mean(tf.reduce_sum(tf.square(params - average), axis=1))
+        return {"train_loss": train_loss[0], "test_loss": test_loss[0], "test_accuracy": test_accuracy[0],
+                "local_test_accuracy": tf.reduce_mean(local_accuracy), "consensus_distance": consensus,
+                "finite": tf.reduce_all(tf.math.is_finite(params))}
+
+    def evaluate(self) -> dict:
+        """Metrics of the average model ``xbar = mean_j x_j`` and of the local models."""
+        values = {k: v.numpy() for k, v in self._evaluate(self.params).items()}
+        return {k: (bool(v) if k == "finite" else float(v)) for k, v in values.items()}
+
+
+class Timeline:
+    """Per worker, per iteration times and used counts, filled chunk by chunk."""
+
+    def __init__(self, iterations: int, num_workers: int, degrees: np.ndarray):
+        self.degrees = degrees
+        self.columns = {name: np.full((iterations, num_workers), np.nan) for name in ("start", "ready", "stop", "finish")}
+        self.columns["used"] = np.zeros((iterations, num_workers), dtype=np.int32)
+        self.columns["backups"] = np.zeros((iterations, num_workers), dtype=np.int32)
+        self.end = np.full(iterations, np.nan)
+        self.done = 0  # iterations recorded
+
+    def record(self, timing: TimingChunk, count: int) -> None:
+        """Record the first ``count`` iterations of ``timing`` (fewer when a run stops early)."""
+        rows = slice(timing.first, timing.first + count)
+        for name in ("start", "ready", "stop", "finish"):
+            self.columns[name][rows] = getattr(timing, name)[:count]
+        used = timing.used_count[:count]
+        self.columns["used"][rows] = used
+        self.columns["backups"][rows] = self.degrees[None, :] - used
+        self.end[rows] = timing.end[:count]
+        self.done = timing.first + count
+
+    def truncated(self) -> dict:
+        return {name: values[:self.done] for name, values in self.columns.items()}
+
+    def mean_duration(self) -> float:
+        """``E(K-1) / K`` over the iterations done so far."""
+        return float(self.end[self.done - 1] / self.done) if self.done else float("nan")
+
+    def mean_backups(self) -> float:
+        return float(self.columns["backups"][:self.done].mean()) if self.done else float("nan")
+
+
+@dataclass
+class RunOutcome:
+    status: str
+    message: str = ""
+
+
+class LocalEngine:
+    """Runs one job: schedule chunks, batched TF steps, evaluations, timeline; reports via callbacks."""
+
+    def __init__(self, cfg, graph, dataset, network: StackedNetwork):
+        self.cfg = cfg
+        self.schedule = Schedule(cfg, graph, dataset.shards)
+        self.trainer = BatchedTrainer(network, dataset, cfg.algo.update, cfg.model.weight_decay,
+                                      network.initial_params(cfg.model_seed), cfg.num_workers)
+        self.timeline = Timeline(cfg.iterations, cfg.num_workers, graph.degrees)
+
+    def _evaluation_row(self, iteration: int, time_now: float, lr: float, started: float) -> dict:
+        row = self.trainer.evaluate()
+        if not row.pop("finite"):
+            raise Diverged(f"diverged before iteration {iteration}: a parameter is NaN or infinite")
+        row.update(iteration=iteration, time=time_now, lr=lr, wall_seconds=time.perf_counter() - started,
+                   mean_iteration_duration=self.timeline.mean_duration(), mean_backups=self.timeline.mean_backups())
+        return row
+
+    def run(self, on_evaluation, on_progress=None) -> RunOutcome:
+        """Train for ``cfg.iterations``; ``on_evaluation(row)`` after each evaluation (and at k=0)."""
+        cfg = self.cfg
+        tf = self.trainer.tf
+        started = time.perf_counter()
+        on_evaluation(self._evaluation_row(0, 0.0, float(self.schedule.learning_rate(0)), started))
+        k = 0
+        while k < cfg.iterations:
+            chunk = self.schedule.next_chunk(min(cfg.runner.chunk, cfg.iterations - k))
+            weights = tf.constant(chunk.weights)
+            batches = tf.constant(chunk.batches)
+            for t in range(len(chunk.timing)):
+                try:
+                    losses = self.trainer.step(batches[t], chunk.learning_rates[t], weights[t])
+                except BaseException:
+                    self.timeline.record(chunk.timing, t)
+                    raise
+                if not np.all(np.isfinite(losses)):
+                    self.timeline.record(chunk.timing, t + 1)
+                    worker = int(np.flatnonzero(~np.isfinite(losses))[0])
+                    raise Diverged(f"diverged at iteration {k}: worker {worker}'s loss is {losses[worker]} "
+                                   f"(lower algo.eta0={cfg.algo.eta0})")
+                k += 1
+                if k % cfg.eval_every == 0 or k == cfg.iterations:
+                    self.timeline.record(chunk.timing, t + 1)
+                    row = self._evaluation_row(k, float(chunk.timing.end[t]), float(chunk.learning_rates[t]), started)
+                    on_evaluation(row)
+                if on_progress is not None:
+                    on_progress(k, float(chunk.timing.end[t]))
+            self.timeline.record(chunk.timing, len(chunk.timing))
+        return RunOutcome("completed")

@@ -1,0 +1,227 @@
+"""Straggler models: compute times ``C_j(k)`` and link delays ``D_ij(k)``, in seconds.
+
+Each of the two is described by a :class:`DelaySpec` and drawn as
+
+    delay = (shift + scale * Z) * slow_mixture * slow_persistent
+
+where ``Z`` is a unit random variable chosen by ``dist``:
+
+==============  =================================  ==============================
+``dist``        Z from uniforms u0, u1             meaning of ``scale``
+==============  =================================  ==============================
+constant        0                                  (unused: delay = shift)
+shifted_exp     -ln(1 - u0)          (mean 1)      mean of the exponential part
+pareto          (1 - u0)^(-1/alpha)  (Z >= 1)      the Pareto minimum x_m
+lognormal       exp(sigma * N(0,1))  (median 1)    median of the log-normal part
+uniform         u0                                 width of [shift, shift + scale]
+trace           replayed from a CSV                (unused)
+==============  =================================  ==============================
+
+``slow_mixture = slow_factor`` with probability ``slow_prob`` (coin u2), else 1, drawn per position.
+``slow_persistent = persistent_factor`` for a fixed set of slow workers (compute) or slow links, chosen
+by ``persistent_ids`` or at random as a ``persistent_fraction`` of them, else 1.
+
+Every position k consumes exactly three uniforms ``(u0, u1, u2)`` of its stream, whatever ``dist`` is,
+so switching the distribution or the straggler severity keeps the draws paired (common random numbers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ConfigError
+from .rng import UniformStream, stream
+
+DISTRIBUTIONS = ("constant", "shifted_exp", "pareto", "lognormal", "uniform", "trace")
+UNIFORMS_PER_DRAW = 3
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class DelaySpec:
+    """One delay distribution (see the module docstring for the formula)."""
+
+    dist: str = "constant"
+    shift: float = 0.0
+    scale: float = 0.0
+    alpha: float = 2.0
+    sigma: float = 0.5
+    slow_prob: float = 0.0
+    slow_factor: float = 1.0
+    persistent_ids: list = field(default_factory=list)
+    persistent_fraction: float = 0.0
+    persistent_factor: float = 1.0
+    path: str = ""
+
+    def validate(self, where: str) -> None:
+        """Reject values outside their ranges, naming ``where.<field>``."""
+        if self.dist not in DISTRIBUTIONS:
+            raise ConfigError(f"{where}.dist", self.dist, "choose one of: " + ", ".join(DISTRIBUTIONS))
+        for name in ("shift", "scale"):
+            if not np.isfinite(getattr(self, name)) or getattr(self, name) < 0:
+                raise ConfigError(f"{where}.{name}", getattr(self, name), "must be a finite number >= 0 (seconds)")
+        if self.dist == "pareto" and not self.alpha > 0:
+            raise ConfigError(f"{where}.alpha", self.alpha, "Pareto shape must be > 0")
+        if self.dist == "lognormal" and not self.sigma >= 0:
+            raise ConfigError(f"{where}.sigma", self.sigma, "must be >= 0")
+        if not 0 <= self.slow_prob <= 1:
+            raise ConfigError(f"{where}.slow_prob", self.slow_prob, "allowed range [0, 1]")
+        if not 0 <= self.persistent_fraction <= 1:
+            raise ConfigError(f"{where}.persistent_fraction", self.persistent_fraction, "allowed range [0, 1]")
+        for name in ("slow_factor", "persistent_factor"):
+            if not np.isfinite(getattr(self, name)) or getattr(self, name) <= 0:
+                raise ConfigError(f"{where}.{name}", getattr(self, name), "must be a finite number > 0")
+        if self.dist == "trace" and not self.resolved_path().is_file():
+            raise ConfigError(f"{where}.path", self.path, "the trace CSV does not exist")
+
+    def resolved_path(self) -> Path:
+        """``path`` as given, or relative to the project root (where ``conf/`` is) if not found here."""
+        path = Path(self.path)
+        if path.is_absolute() or path.exists():
+            return path
+        return PROJECT_ROOT / path
+
+    def unit_draws(self, u: np.ndarray) -> np.ndarray:
+        """``shift + scale * Z`` times the mixture factor, for uniforms ``u`` of shape ``[..., 3]``."""
+        u0, u1, u2 = u[..., 0], u[..., 1], u[..., 2]
+        if self.dist == "constant":
+            z = np.zeros_like(u0)
+        elif self.dist == "shifted_exp":
+            z = -np.log1p(-u0)
+        elif self.dist == "pareto":
+            z = (1.0 - u0) ** (-1.0 / self.alpha)
+        elif self.dist == "lognormal":
+            # Box-Muller on (u0, u1); 1 - u0 lies in (0, 1] so the log is finite.
+            normal = np.sqrt(-2.0 * np.log1p(-u0)) * np.cos(2.0 * np.pi * u1)
+            z = np.exp(self.sigma * normal)
+        elif self.dist == "uniform":
+            z = u0
+        else:  # trace: handled by TraceReplay
+            z = np.zeros_like(u0)
+        delay = self.shift + self.scale * z
+        return np.where(u2 < self.slow_prob, delay * self.slow_factor, delay)
+
+    @property
+    def mean(self) -> float:
+        """Expected delay of one draw without the persistent factor (inf for Pareto with alpha <= 1)."""
+        if self.dist == "shifted_exp":
+            z = 1.0
+        elif self.dist == "pareto":
+            z = self.alpha / (self.alpha - 1) if self.alpha > 1 else np.inf
+        elif self.dist == "lognormal":
+            z = float(np.exp(self.sigma**2 / 2))
+        elif self.dist == "uniform":
+            z = 0.5
+        else:
+            z = 0.0
+        base = self.shift + self.scale * z
+        return base * (1 - self.slow_prob + self.slow_prob * self.slow_factor)
+
+
+def _read_trace(path: str, key_columns: tuple[str, ...], where: str) -> tuple[dict, int]:
+    """``{(iteration, *ids): seconds}`` and the trace's period (number of iterations it covers)."""
+    import pandas as pd
+
+    frame = pd.read_csv(path)
+    needed = ("iteration", *key_columns, "seconds")
+    missing = [c for c in needed if c not in frame.columns]
+    if missing:
+        raise ConfigError(f"{where}.path", path, f"trace CSV needs columns {', '.join(needed)}; missing {', '.join(missing)}")
+    if (frame["seconds"] < 0).any() or not np.isfinite(frame["seconds"]).all():
+        raise ConfigError(f"{where}.path", path, "trace delays must be finite and >= 0")
+    period = int(frame["iteration"].max()) + 1
+    table = {tuple(int(v) for v in row[:-1]): float(row[-1]) for row in frame[list(needed)].itertuples(index=False)}
+    return table, period
+
+
+class _Replay:
+    """Replays a per-entity trace cyclically: delay(k, e) = trace[k mod period, e]."""
+
+    def __init__(self, spec: DelaySpec, entities: list[tuple[int, ...]], key_columns: tuple[str, ...], where: str):
+        table, period = _read_trace(spec.resolved_path(), key_columns, where)
+        self.values = np.empty((period, len(entities)))
+        for k in range(period):
+            for e, ids in enumerate(entities):
+                try:
+                    self.values[k, e] = table[(k, *ids)]
+                except KeyError:
+                    raise ConfigError(f"{where}.path", spec.path, f"trace has no row for iteration {k}, {'/'.join(key_columns)} {ids}") from None
+
+    def take(self, k0: int, count: int) -> np.ndarray:
+        rows = np.arange(k0, k0 + count) % self.values.shape[0]
+        return self.values[rows]
+
+
+class _Drawn:
+    """Independent draws, one :class:`UniformStream` per entity (worker or directed link)."""
+
+    def __init__(self, spec: DelaySpec, seed: int, kind: str, entities: list[tuple[int, ...]]):
+        self.spec = spec
+        self.streams = [UniformStream(seed, kind, *ids, width=UNIFORMS_PER_DRAW) for ids in entities]
+
+    def take(self, k0: int, count: int) -> np.ndarray:
+        for s in self.streams:
+            if s.position != k0:
+                s.skip_to(k0)
+        u = np.stack([s.take(count) for s in self.streams], axis=1)  # [count, entities, 3]
+        return self.spec.unit_draws(u)
+
+
+def _persistent_factors(spec: DelaySpec, seed: int, kind: str, entities: list[tuple[int, ...]],
+                        num_workers: int, where: str) -> np.ndarray:
+    """Per-entity factor: ``persistent_factor`` on the slow set, 1 elsewhere.
+
+    Compute: ``persistent_ids`` are worker ids.  Links: ``persistent_ids`` are worker ids whose outgoing
+    links are slow (a slow network interface); a random ``persistent_fraction`` picks undirected links,
+    both directions slowed.
+    """
+    factors = np.ones(len(entities))
+    ids = [int(i) for i in spec.persistent_ids]
+    bad = [i for i in ids if not 0 <= i < num_workers]
+    if bad:
+        raise ConfigError(f"{where}.persistent_ids", bad, f"worker ids must lie in 0..{num_workers - 1}")
+    if ids:
+        slow = np.array([e[0] in ids for e in entities])
+        factors[slow] = spec.persistent_factor
+    if spec.persistent_fraction > 0:
+        undirected = sorted({tuple(sorted(e)) for e in entities})
+        count = int(round(spec.persistent_fraction * len(undirected)))
+        chosen = stream(seed, "persistent", kind).permutation(len(undirected))[:count]
+        chosen_set = {undirected[c] for c in chosen}
+        slow = np.array([tuple(sorted(e)) in chosen_set for e in entities])
+        factors[slow] = spec.persistent_factor
+    return factors
+
+
+class DelaySampler:
+    """Draws ``C[k, j]`` (``[count, N]``) and ``D[k, l]`` (``[count, L]``, l indexing ``links``) in order.
+
+    Streams: compute ``(seed, "compute", j)``, links ``(seed, "link", i, j)`` — independent of the
+    algorithm and of which process asks, so every backend sees the same numbers.
+    """
+
+    def __init__(self, compute: DelaySpec, link: DelaySpec, links: np.ndarray, num_workers: int, seed: int):
+        self.links = np.asarray(links, dtype=np.int64).reshape(-1, 2)
+        workers = [(j,) for j in range(num_workers)]
+        link_ids = [(int(i), int(j)) for i, j in self.links]
+        self._compute = self._source(compute, seed, "compute", workers, ("worker",), "straggler.compute")
+        self._link = self._source(link, seed, "link", link_ids, ("src", "dst"), "straggler.link")
+        self._compute_factor = _persistent_factors(compute, seed, "compute", workers, num_workers, "straggler.compute")
+        self._link_factor = _persistent_factors(link, seed, "link", link_ids, num_workers, "straggler.link")
+
+    @staticmethod
+    def _source(spec, seed, kind, entities, key_columns, where):
+        if spec.dist == "trace":
+            return _Replay(spec, entities, key_columns, where)
+        return _Drawn(spec, seed, kind, entities)
+
+    def compute(self, k0: int, count: int) -> np.ndarray:
+        """Compute times of iterations ``k0 .. k0+count-1``, ``[count, N]`` seconds."""
+        return self._compute.take(k0, count) * self._compute_factor
+
+    def link(self, k0: int, count: int) -> np.ndarray:
+        """Link delays of iterations ``k0 .. k0+count-1``, ``[count, L]`` seconds."""
+        return self._link.take(k0, count) * self._link_factor

@@ -1,0 +1,38 @@
+"""Helpers shared by tests: compose configs exactly as run.py does, and run jobs into a directory."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from dybw.cli import compose_job, register_resolvers
+from dybw.config import load, validate
+from dybw.results import config_hash
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
+TINY = ["dataset=synthetic", "model=logreg", "num_workers=4", "iterations=6", "eval_every=3", "progress=false",
+        "dataset.num_train=512", "dataset.num_test=128", "dataset.batch_size=16"]
+
+
+def compose(overrides: list[str]):
+    """(typed config, resolved plain dict) for the overrides, through Hydra's compose API."""
+    register_resolvers()
+    plain = compose_job(CONF, overrides)
+    return load(plain), plain
+
+
+def run_config(overrides: list[str], job_dir: Path) -> dict:
+    """Validate and run one job into ``job_dir``; returns its summary."""
+    from dybw.job import run_job
+
+    cfg, plain = compose(overrides)
+    graph = validate(cfg)
+    return run_job(cfg, graph, job_dir, plain, config_hash(plain))
+
+
+def run_cli(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python run.py ARGS`` in a subprocess (results under ``cwd``)."""
+    return subprocess.run([sys.executable, str(REPO / "run.py"), *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)

@@ -1,0 +1,107 @@
+"""Algebraic invariants of the local backend and common random numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dybw.engine import LocalEngine, Schedule
+from dybw.models import build_network
+from dybw.data import load_dataset
+from dybw.config import validate
+from dybw.tf_setup import import_tensorflow
+
+from helpers import TINY, compose, run_config
+
+
+def engine_for(overrides):
+    cfg, _ = compose(TINY + overrides)
+    graph = validate(cfg)
+    dataset = load_dataset(cfg.dataset, cfg.num_workers, cfg.data_seed, data_dir=cfg.data_dir)
+    network = build_network(cfg.model, dataset.input_dim, dataset.num_classes)
+    return cfg, graph, dataset, network, LocalEngine(cfg, graph, dataset, network)
+
+
+def test_complete_graph_cb_full_uniform_equals_centralised_sgd_with_batch_nb():
+    """x(k+1) = mean_j (x - eta g_j) = x - eta * (gradient on the union of the N batches of B)."""
+    tf = import_tensorflow()
+    overrides = ["topology=complete", "algo=cb_full", "algo.mixing=uniform", "model=mlp", "model.hidden=[8]",
+                 "algo.eta0=0.5", "iterations=8"]
+    cfg, graph, dataset, network, engine = engine_for(overrides)
+    engine.run(lambda row: None)
+    distributed = engine.trainer.params.numpy()
+
+    # Centralised SGD, written independently: one model, batch = the N workers' batches concatenated.
+    batches = Schedule(cfg, graph, dataset.shards).batches.take(0, cfg.iterations)  # [K, N, B]
+    x = tf.Variable(network.initial_params(cfg.model_seed)[None, :])
+    for k in range(cfg.iterations):
+        union = batches[k].reshape(-1)
+        with tf.GradientTape() as tape:
+            logits = network.logits(tf, x, dataset.x_train[union][None])
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=dataset.y_train[union][None].astype(np.int32), logits=logits))
+        x.assign_sub(cfg.algo.eta0 * tape.gradient(loss, x))
+    for j in range(cfg.num_workers):
+        np.testing.assert_allclose(distributed[j], x.numpy()[0], atol=1e-5)
+
+
+def test_cb_static_with_no_backups_gives_cb_full_results(tmp_path):
+    full = run_config(TINY + ["algo=cb_full"], tmp_path / "full")
+    static = run_config(TINY + ["algo=cb_static", "algo.b=0"], tmp_path / "static")
+    assert full["status"] == static["status"] == "completed"
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "full/metrics.csv").drop(columns="wall_seconds"),
+                                  pd.read_csv(tmp_path / "static/metrics.csv").drop(columns="wall_seconds"))
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "full/timeline.parquet"),
+                                  pd.read_parquet(tmp_path / "static/timeline.parquet"))
+
+
+def test_same_config_and_seed_twice_gives_identical_metrics(tmp_path):
+    for name in ("a", "b"):
+        run_config(TINY + ["straggler=pareto", "iterations=12"], tmp_path / name)
+    first = pd.read_csv(tmp_path / "a/metrics.csv").drop(columns="wall_seconds")
+    second = pd.read_csv(tmp_path / "b/metrics.csv").drop(columns="wall_seconds")
+    pd.testing.assert_frame_equal(first, second, check_exact=True)
+
+
+@pytest.mark.parametrize("other", [["algo=cb_full"], ["algo=cb_static", "algo.b=1"], ["algo.update=cta"]])
+def test_different_algorithm_same_seed_sees_the_same_delays_and_minibatches(other):
+    base = ["straggler=shifted_exp", "num_workers=6", "topology=erdos_renyi", "topology.p=0.6"]
+    def schedule(overrides):
+        cfg, _ = compose(TINY + base + overrides)
+        graph = validate(cfg)
+        dataset = load_dataset(cfg.dataset, cfg.num_workers, cfg.data_seed, data_dir=cfg.data_dir)
+        return Schedule(cfg, graph, dataset.shards)
+
+    draws = [(s.delays.compute(0, 20), s.delays.link(0, 20), s.batches.take(0, 20))
+             for s in (schedule(["algo=cb_dybw"]), schedule(other))]
+    for mine, theirs in zip(*draws):
+        np.testing.assert_array_equal(mine, theirs)
+    # ...and the recorded ready - start of ATC is exactly the drawn compute time
+    chunk = schedule(["algo=cb_dybw"]).next_chunk(5)
+    np.testing.assert_allclose(chunk.timing.ready - chunk.timing.start, draws[0][0][:5])
+
+
+def test_different_seed_changes_the_delays():
+    delays = []
+    for seed in (0, 1):
+        cfg, _ = compose(TINY + ["straggler=shifted_exp", f"seed={seed}"])
+        graph = validate(cfg)
+        dataset = load_dataset(cfg.dataset, cfg.num_workers, cfg.data_seed, data_dir=cfg.data_dir)
+        delays.append(Schedule(cfg, graph, dataset.shards).delays.compute(0, 5))
+    assert not np.allclose(delays[0], delays[1])
+
+
+def test_timeline_matches_the_results_contract(tmp_path):
+    summary = run_config(TINY + ["straggler=shifted_exp", "algo=cb_dybw"], tmp_path)
+    timeline = pd.read_parquet(tmp_path / "timeline.parquet")
+    assert list(timeline.columns[:7]) == ["iteration", "worker", "start", "ready", "stop", "used", "backups"] or \
+        {"iteration", "worker", "start", "ready", "stop", "used", "backups"} <= set(timeline.columns)
+    assert len(timeline) == 6 * 4
+    assert (timeline["stop"] >= timeline["ready"]).all() and (timeline["ready"] >= timeline["start"]).all()
+    assert (timeline["used"] >= 1).all()
+    per_iteration_end = timeline.groupby("iteration")["finish"].max().to_numpy()
+    assert summary["mean_iteration_duration"] == pytest.approx(per_iteration_end[-1] / 6)
+    metrics = pd.read_csv(tmp_path / "metrics.csv")
+    assert metrics["iteration"].tolist() == [0, 3, 6]
+    assert metrics["time"].iloc[-1] == pytest.approx(summary["total_time"])

@@ -1,0 +1,159 @@
+"""The virtual clock and the stop rules (DESIGN.md §2), checked on cases worked by hand."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from dybw.errors import ConfigError
+from dybw.mixing import mixing_matrices
+from dybw.policies import CbDyBW, CbFull, CbStatic, order_statistic
+from dybw.protocol import Protocol
+from dybw.topology import Graph, build_graph
+
+INF = np.inf
+
+
+def square() -> Graph:
+    """4 workers on a ring 0-1-2-3-0: every worker has two neighbours."""
+    return Graph(4, ((0, 1), (1, 2), (2, 3), (0, 3)), "ring")
+
+
+def link_delays(graph: Graph, table: dict) -> np.ndarray:
+    """D as the protocol expects it: one value per directed link in graph.directed_links() order."""
+    return np.array([[table[(int(i), int(j))] for i, j in graph.directed_links()]])
+
+
+def policies(degrees):
+    return [CbFull(degrees), CbStatic(degrees, 0), CbStatic(degrees, 1), CbDyBW(degrees, 1)]
+
+
+def test_order_statistic_picks_pth_smallest_and_ignores_non_neighbours():
+    arrivals = np.array([[INF, 3.0, 1.0, 2.0], [5.0, INF, INF, 4.0]])
+    assert order_statistic(arrivals, np.array([1, 2])).tolist() == [1.0, 5.0]
+    assert order_statistic(arrivals, np.array([3, 1])).tolist() == [3.0, 4.0]
+
+
+@pytest.mark.parametrize("update", ["atc", "cta"])
+@pytest.mark.parametrize("sync", ["lockstep", "free"])
+def test_constant_delays_make_every_iteration_last_c_plus_d(update, sync):
+    graph = build_graph(SimpleNamespace(name="erdos_renyi", p=0.4, seed=3, max_tries=100), 10)
+    links = graph.directed_links()
+    compute, delay, iterations = 0.013, 0.021, 7
+    for policy in policies(graph.degrees):
+        protocol = Protocol(10, links, policy, sync, update)
+        chunk = protocol.advance(np.full((iterations, 10), compute), np.full((iterations, len(links)), delay))
+        durations = np.diff(np.concatenate([[0.0], chunk.end]))
+        np.testing.assert_allclose(durations, compute + delay, rtol=1e-12)
+        # all messages arrive together, so every neighbour is used whatever the rule
+        assert (chunk.used_count == graph.degrees).all()
+
+
+def test_hand_worked_four_worker_example():
+    """Ring 0-1-2-3-0, ATC, lock-step, one iteration.
+
+    C = (1, 2, 1, 5) so ready = (1, 2, 1, 5).  Link delays (i->j):
+      0->1: 1  0->3: 4  1->0: 1  1->2: 6  2->1: 3  2->3: 1  3->0: 2  3->2: 1
+    Arrivals a_ij = ready_i + D_ij:
+      at 0: from 1 at 3, from 3 at 7      at 1: from 0 at 2, from 2 at 4
+      at 2: from 1 at 8, from 3 at 6      at 3: from 0 at 5, from 2 at 2
+    cb_full:   stop = max(ready, last arrival) = (7, 4, 8, 5)          E = 8, everyone used
+    cb_static(b=1): stop = max(ready, first arrival) = (3, 2, 6, 5)
+               used: 0:{1}  1:{0}  2:{3}  3:{0,2} (0 arrived at 5 = ready_3, so it is used too)
+    cb_dybw(m=1): r = (3, 2, 6, 5); theta = 6; stop = 6 for all
+               used: 0:{1}  1:{0,2}  2:{3}  3:{0,2}                   E = 6
+    """
+    graph = square()
+    compute = np.array([[1.0, 2.0, 1.0, 5.0]])
+    delays = link_delays(graph, {(0, 1): 1, (0, 3): 4, (1, 0): 1, (1, 2): 6, (2, 1): 3, (2, 3): 1,
+                                 (3, 0): 2, (3, 2): 1})
+    links = graph.directed_links()
+
+    def run(policy):
+        return Protocol(4, links, policy, "lockstep", "atc").advance(compute, delays)
+
+    def used_sets(chunk):
+        return [set(np.flatnonzero(row).tolist()) for row in chunk.used[0]]
+
+    full = run(CbFull(graph.degrees))
+    assert full.stop[0].tolist() == [7, 4, 8, 5] and full.end.tolist() == [8]
+    assert used_sets(full) == [{1, 3}, {0, 2}, {1, 3}, {0, 2}]
+
+    static = run(CbStatic(graph.degrees, 1))
+    assert static.stop[0].tolist() == [3, 2, 6, 5] and static.end.tolist() == [6]
+    assert used_sets(static) == [{1}, {0}, {3}, {0, 2}]
+
+    dybw = run(CbDyBW(graph.degrees, 1))
+    assert dybw.stop[0].tolist() == [6, 6, 6, 6] and dybw.end.tolist() == [6]
+    assert used_sets(dybw) == [{1}, {0, 2}, {3}, {0, 2}]
+    assert (graph.degrees - dybw.used_count[0]).tolist() == [1, 0, 1, 0]
+
+
+def test_free_sync_lets_fast_workers_run_ahead_and_dybw_uses_local_rule():
+    graph = square()
+    links = graph.directed_links()
+    compute = np.array([[1.0, 1.0, 1.0, 10.0]] * 2)
+    delays = np.ones((2, len(links)))
+    chunk = Protocol(4, links, CbDyBW(graph.degrees, 1), "free", "atc").advance(compute, delays)
+    # iteration 0: ready = (1,1,1,10); worker 0 hears 1 at 2 -> stops at 2; worker 3 is ready at 10
+    assert chunk.stop[0].tolist() == [2.0, 2.0, 2.0, 10.0]
+    # iteration 1 starts where each worker stopped: no barrier
+    assert chunk.start[1].tolist() == [2.0, 2.0, 2.0, 10.0]
+    assert chunk.end.tolist() == [10.0, 20.0]
+
+
+def test_cta_sends_at_start_and_computes_after_the_decision():
+    graph = square()
+    links = graph.directed_links()
+    compute = np.array([[1.0, 2.0, 3.0, 4.0]])
+    delays = np.full((1, len(links)), 0.5)
+    chunk = Protocol(4, links, CbFull(graph.degrees), "lockstep", "cta").advance(compute, delays)
+    assert chunk.ready[0].tolist() == [0, 0, 0, 0]
+    assert chunk.stop[0].tolist() == [0.5] * 4
+    assert chunk.finish[0].tolist() == [1.5, 2.5, 3.5, 4.5] and chunk.end.tolist() == [4.5]
+
+
+def test_static_b_no_worker_can_honour_is_an_error_and_partial_is_clamped():
+    degrees = np.array([2, 2, 3, 1])
+    with pytest.warns(UserWarning, match="clamped"):
+        policy = CbStatic(degrees, 2)
+    assert policy.waits.tolist() == [1, 1, 1, 1]
+    with pytest.raises(ConfigError, match="algo.b"):
+        CbStatic(degrees, 3)
+
+
+def test_lockstep_chunks_continue_the_clock():
+    graph = square()
+    links = graph.directed_links()
+    rng = np.random.default_rng(0)
+    compute, delays = rng.exponential(size=(10, 4)), rng.exponential(size=(10, len(links)))
+    whole = Protocol(4, links, CbDyBW(graph.degrees, 1)).advance(compute, delays)
+    protocol = Protocol(4, links, CbDyBW(graph.degrees, 1))
+    parts = [protocol.advance(compute[:3], delays[:3]), protocol.advance(compute[3:], delays[3:])]
+    np.testing.assert_allclose(np.concatenate([p.end for p in parts]), whole.end)
+    np.testing.assert_array_equal(np.concatenate([p.used for p in parts]), whole.used)
+
+
+@pytest.mark.parametrize("rule", ["uniform", "metropolis"])
+def test_mixing_rows_sum_to_one_for_random_used_sets(rule):
+    graph = build_graph(SimpleNamespace(name="erdos_renyi", p=0.3, seed=1, max_tries=100), 12)
+    rng = np.random.default_rng(1)
+    used = (rng.random((50, 12, 12)) < 0.5) & graph.adjacency[None]
+    weights = mixing_matrices(used, rule, graph.degrees)
+    np.testing.assert_allclose(weights.sum(axis=-1), 1.0, atol=1e-6)
+    assert (weights >= 0).all()
+    off_diagonal = weights * ~np.eye(12, dtype=bool)
+    assert ((off_diagonal > 0) == used).all()  # only used neighbours get weight
+
+
+def test_metropolis_with_every_neighbour_is_the_doubly_stochastic_matrix():
+    graph = build_graph(SimpleNamespace(name="erdos_renyi", p=0.3, seed=1, max_tries=100), 12)
+    weights = mixing_matrices(graph.adjacency, "metropolis", graph.degrees).astype(np.float64)
+    np.testing.assert_allclose(weights, graph.metropolis_weights(), atol=1e-6)
+    np.testing.assert_allclose(weights.sum(axis=0), 1.0, atol=1e-6)
+
+
+def test_uniform_weights_worked_example():
+    used = np.array([[False, True, False], [True, False, True], [False, False, False]])
+    weights = mixing_matrices(used, "uniform", np.array([1, 2, 1]))
+    np.testing.assert_allclose(weights, [[0.5, 0.5, 0], [1 / 3, 1 / 3, 1 / 3], [0, 0, 1]], atol=1e-7)
