@@ -1,29 +1,37 @@
 # dybw — `make help` lists the targets.
 PYTHON ?= python
+# Offline copies of the datasets beside the checkout (this workplace, CI); elsewhere dybw reads ./data
+# and downloads what is missing.
+ifneq ($(wildcard ../shared/data),)
 export DYBW_DATA_DIR ?= $(abspath ../shared/data)
+endif
+INSTALLED := .make/installed
 
 .PHONY: help install test test-fast run smoke bench clean
 
 help:  ## show this help
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
-install:  ## install dybw and its test tools with pip (editable)
-	$(PYTHON) -m pip install -e ".[test]"
+install: $(INSTALLED)  ## install dybw and its test tools with pip (editable; once per pyproject change)
 
-test:  ## run the whole test suite (needs the datasets: DYBW_DATA_DIR, default ../shared/data)
+$(INSTALLED): pyproject.toml
+	$(PYTHON) -m pip install -e ".[test]"
+	@mkdir -p $(dir $@) && touch $@
+
+test: $(INSTALLED)  ## run the whole test suite (needs the datasets: DYBW_DATA_DIR, default ../shared/data)
 	$(PYTHON) -m pytest -q
 
-test-fast:  ## the tests that need no real dataset run
+test-fast: $(INSTALLED)  ## the tests that need no real dataset run
 	$(PYTHON) -m pytest -q -m "not slow"
 
-run:  ## the README's main job: cb-DyBW and cb-Full on MNIST
+run: $(INSTALLED)  ## the README's main job: cb-DyBW and cb-Full on MNIST
 	$(PYTHON) run.py -m algo=cb_dybw,cb_full dataset=mnist
 
-smoke:  ## a seconds-long run on the synthetic task
+smoke: $(INSTALLED)  ## a seconds-long run on the synthetic task
 	$(PYTHON) run.py experiment=smoke
 
-bench:  ## engine vs bare TF step; time per iteration vs N
+bench: $(INSTALLED)  ## engine vs bare TF step; time per iteration vs N
 	$(PYTHON) bench/bench_engine.py
 
 clean:  ## remove run outputs
-	rm -rf results/ multirun/ outputs/
+	rm -rf results/ multirun/ outputs/ .make/
