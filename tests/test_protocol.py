@@ -157,3 +157,10 @@ def test_uniform_weights_worked_example():
     used = np.array([[False, True, False], [True, False, True], [False, False, False]])
     weights = mixing_matrices(used, "uniform", np.array([1, 2, 1]))
     np.testing.assert_allclose(weights, [[0.5, 0.5, 0], [1 / 3, 1 / 3, 1 / 3], [0, 0, 1]], atol=1e-7)
+
+
+def test_stream_keys_do_not_depend_on_the_integer_type():
+    from dybw.rng import stream_key
+
+    assert stream_key(0, "batch", 3) == stream_key(np.int64(0), "batch", np.int32(3))
+    assert stream_key(0, "batch", 3) != stream_key(0, "batch", 4) != stream_key(1, "batch", 3)

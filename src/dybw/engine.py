@@ -43,14 +43,15 @@ class ScheduleChunk:
 class Schedule:
     """Everything about iterations k0..k0+T-1 that does not depend on the model."""
 
-    def __init__(self, cfg, graph, shards):
+    def __init__(self, cfg, graph, shards, workers=None):
         self.cfg = cfg
         links = graph.directed_links()
         self.degrees = graph.degrees
         self.delays = DelaySampler(cfg.straggler.compute, cfg.straggler.link, links, cfg.num_workers, cfg.seed)
         self.protocol = Protocol(cfg.num_workers, links, make_policy(cfg.algo, graph.degrees),
                                  cfg.protocol.sync, cfg.algo.update)
-        self.batches = BatchSampler(shards, cfg.dataset.batch_size, cfg.seed)
+        # Only the batches of the workers this process hosts (all of them for the local backend).
+        self.batches = BatchSampler(shards, cfg.dataset.batch_size, cfg.seed, workers)
         self.next_iteration = 0
 
     def learning_rate(self, k: np.ndarray) -> np.ndarray:
@@ -114,10 +115,21 @@ class BatchedTrainer:
         grads, losses = self._gradients(mixed, indices)
         return mixed - lr * grads, losses
 
+    def _adapt_only(self, params, indices, lr):
+        """The local step alone, ``Y = X - eta G(X)`` (the MPI backend mixes across ranks itself)."""
+        grads, losses = self._gradients(params, indices)
+        return params - lr * grads, losses
+
     def step(self, indices, lr, weights) -> np.ndarray:
         """One iteration for every worker; returns the local minibatch losses ``[N]``."""
         self.params, losses = self._step(self.params, indices, lr, weights)
         return losses.numpy()
+
+    def adapt(self, params, indices, lr):
+        """``(X - eta G(X), losses)`` for the hosted workers' parameters ``params``."""
+        if not hasattr(self, "_adapt"):
+            self._adapt = self.tf.function(self._adapt_only, jit_compile=True)
+        return self._adapt(params, indices, lr)
 
     def _evaluation(self, params):
         tf = self.tf
@@ -138,9 +150,9 @@ class BatchedTrainer:
                 "local_test_accuracy": tf.reduce_mean(local_accuracy), "consensus_distance": consensus,
                 "finite": tf.reduce_all(tf.math.is_finite(params))}
 
-    def evaluate(self) -> dict:
-        """Metrics of the average model ``xbar = mean_j x_j`` and of the local models."""
-        values = {k: v.numpy() for k, v in self._evaluate(self.params).items()}
+    def evaluate(self, params=None) -> dict:
+        """Metrics of the average model ``xbar = mean_j x_j`` and of the local models (all N rows)."""
+        values = {k: v.numpy() for k, v in self._evaluate(self.params if params is None else params).items()}
         return {k: (bool(v) if k == "finite" else float(v)) for k, v in values.items()}
 
 
@@ -184,17 +196,39 @@ class RunOutcome:
 
 
 class LocalEngine:
-    """Runs one job: schedule chunks, batched TF steps, evaluations, timeline; reports via callbacks."""
+    """Runs one job: schedule chunks, batched TF steps, evaluations, timeline; reports via callbacks.
 
-    def __init__(self, cfg, graph, dataset, network: StackedNetwork):
+    The MPI backend subclasses it and replaces how a step is taken (:meth:`_step`), how divergence is
+    agreed on (:meth:`_first_non_finite`) and where the parameters are evaluated (:meth:`_evaluate`).
+    """
+
+    def __init__(self, cfg, graph, dataset, network: StackedNetwork, workers=None):
         self.cfg = cfg
-        self.schedule = Schedule(cfg, graph, dataset.shards)
+        self.workers = np.arange(cfg.num_workers) if workers is None else np.asarray(workers)
+        self.schedule = Schedule(cfg, graph, dataset.shards, self.workers)
         self.trainer = BatchedTrainer(network, dataset, cfg.algo.update, cfg.model.weight_decay,
-                                      network.initial_params(cfg.model_seed), cfg.num_workers)
+                                      network.initial_params(cfg.model_seed), len(self.workers))
         self.timeline = Timeline(cfg.iterations, cfg.num_workers, graph.degrees)
 
-    def _evaluation_row(self, iteration: int, time_now: float, lr: float, started: float) -> dict:
-        row = self.trainer.evaluate()
+    # -- the three parts a distributed backend replaces -------------------------------------------
+    def _step(self, batches, lr, weights, chunk: ScheduleChunk, t: int) -> np.ndarray:
+        """One iteration of the hosted workers; returns their local losses."""
+        return self.trainer.step(batches, lr, weights)
+
+    def _first_non_finite(self, losses: np.ndarray) -> int | None:
+        """The first worker (global id) whose loss is NaN/inf, or None."""
+        bad = np.flatnonzero(~np.isfinite(losses))
+        return int(self.workers[bad[0]]) if len(bad) else None
+
+    def _evaluate(self) -> dict | None:
+        """Evaluation metrics (None on processes that do not evaluate)."""
+        return self.trainer.evaluate()
+
+    # ---------------------------------------------------------------------------------------------
+    def _evaluation_row(self, iteration: int, time_now: float, lr: float, started: float) -> dict | None:
+        row = self._evaluate()
+        if row is None:
+            return None
         if not row.pop("finite"):
             raise Diverged(f"diverged before iteration {iteration}: a parameter is NaN or infinite")
         row.update(iteration=iteration, time=time_now, lr=lr, wall_seconds=time.perf_counter() - started,
@@ -206,7 +240,13 @@ class LocalEngine:
         cfg = self.cfg
         tf = self.trainer.tf
         started = time.perf_counter()
-        on_evaluation(self._evaluation_row(0, 0.0, float(self.schedule.learning_rate(0)), started))
+
+        def evaluate(iteration, time_now, lr):
+            row = self._evaluation_row(iteration, time_now, lr, started)
+            if row is not None:
+                on_evaluation(row)
+
+        evaluate(0, 0.0, float(self.schedule.learning_rate(0)))
         k = 0
         while k < cfg.iterations:
             chunk = self.schedule.next_chunk(min(cfg.runner.chunk, cfg.iterations - k))
@@ -214,20 +254,19 @@ class LocalEngine:
             batches = tf.constant(chunk.batches)
             for t in range(len(chunk.timing)):
                 try:
-                    losses = self.trainer.step(batches[t], chunk.learning_rates[t], weights[t])
+                    losses = self._step(batches[t], chunk.learning_rates[t], weights[t], chunk, t)
                 except BaseException:
                     self.timeline.record(chunk.timing, t)
                     raise
-                if not np.all(np.isfinite(losses)):
+                bad = self._first_non_finite(losses)
+                if bad is not None:
                     self.timeline.record(chunk.timing, t + 1)
-                    worker = int(np.flatnonzero(~np.isfinite(losses))[0])
-                    raise Diverged(f"diverged at iteration {k}: worker {worker}'s loss is {losses[worker]} "
+                    raise Diverged(f"diverged at iteration {k}: worker {bad}'s loss is not finite "
                                    f"(lower algo.eta0={cfg.algo.eta0})")
                 k += 1
                 if k % cfg.eval_every == 0 or k == cfg.iterations:
                     self.timeline.record(chunk.timing, t + 1)
-                    row = self._evaluation_row(k, float(chunk.timing.end[t]), float(chunk.learning_rates[t]), started)
-                    on_evaluation(row)
+                    evaluate(k, float(chunk.timing.end[t]), float(chunk.learning_rates[t]))
                 if on_progress is not None:
                     on_progress(k, float(chunk.timing.end[t]))
             self.timeline.record(chunk.timing, len(chunk.timing))

@@ -18,7 +18,9 @@ import numpy as np
 
 def stream_key(seed: int, *name: object) -> int:
     """128-bit Philox key = blake2b(repr((seed, *name))); stable across processes and Python runs."""
-    digest = hashlib.blake2b(repr((int(seed), *name)).encode(), digest_size=16).digest()
+    # Normalise numpy integers: repr(np.int64(3)) is "np.int64(3)", which would name another stream.
+    parts = tuple(int(p) if isinstance(p, (int, np.integer)) else str(p) for p in (seed, *name))
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=16).digest()
     return int.from_bytes(digest, "little")
 
 
