@@ -21,8 +21,11 @@ ALGORITHMS = ("cb_dybw", "cb_full", "cb_static")
 DATASETS = ("cifar10", "mnist", "synthetic")
 NORMALIZATIONS = ("standard", "scale", "none")
 SPLITS = ("iid", "shards", "dirichlet")
-RUNNERS = ("local",)
+RUNNERS = ("local", "mpi")
+CLOCKS = ("virtual", "wall")
+FAULTS = ("none", "raise", "hang", "exit")
 LOGGERS = ("none",)
+GROUPS = ("algo", "dataset", "model", "topology", "straggler", "runner", "logger")  # config groups a job needs
 
 
 @dataclass
@@ -89,6 +92,14 @@ class ProtocolConfig:
 class RunnerConfig:
     name: str = "local"
     chunk: int = 64  # iterations whose timing, weights and batches are prepared at once
+    # runner=mpi only
+    ranks: int = 0  # 0 = min(num_workers, cores)
+    clock: str = "virtual"
+    launcher: list[str] = field(default_factory=lambda: ["mpiexec", "-n", "{ranks}"])
+    timeout_s: float = 120.0
+    fault: str = "none"  # test hook: make fault_rank raise / hang / exit at fault_iteration
+    fault_rank: int = 1
+    fault_iteration: int = 5
 
 
 @dataclass
@@ -192,6 +203,12 @@ def _in_range(where: str, value, low, high, low_open=False, high_open=False) -> 
         raise ConfigError(where, value, f"allowed range {lb}{low}, {high}{rb}")
 
 
+def _finite(where: str, value, low, strict: bool = False) -> None:
+    """``value`` is a finite number ``> low`` (strict) or ``>= low``."""
+    if not (math.isfinite(value) and (value > low if strict else value >= low)):
+        raise ConfigError(where, value, f"must be a finite number {'>' if strict else '>='} {low}")
+
+
 def shard_size_bound(dataset: DatasetConfig, num_workers: int) -> int | None:
     """The smallest shard a worker gets, when it is known without loading data (not for dirichlet)."""
     from .data import train_size_of
@@ -204,6 +221,19 @@ def shard_size_bound(dataset: DatasetConfig, num_workers: int) -> int | None:
     return None
 
 
+def _validate_stragglers(cfg: RunConfig, graph) -> None:
+    """Persistent worker ids exist; a replayed trace covers every worker / link (after ``DelaySpec.validate``)."""
+    from .stragglers import DelaySampler
+
+    for where, spec in (("straggler.compute", cfg.straggler.compute), ("straggler.link", cfg.straggler.link)):
+        for i, worker in enumerate(spec.persistent_ids):
+            if isinstance(worker, bool) or not isinstance(worker, int) or not 0 <= worker < cfg.num_workers:
+                raise ConfigError(f"{where}.persistent_ids[{i}]", worker,
+                                  f"must be a worker id in 0..{cfg.num_workers - 1} ({cfg.num_workers} workers)")
+    # Reading the traces and keying the streams is cheap; it raises the errors a run would hit later.
+    DelaySampler(cfg.straggler.compute, cfg.straggler.link, graph.directed_links(), cfg.num_workers, cfg.seed)
+
+
 def validate(cfg: RunConfig):
     """Check every value of ``cfg``; returns the graph (built once here, and reused by the run)."""
     from .data import input_dim_of
@@ -213,7 +243,14 @@ def validate(cfg: RunConfig):
     _at_least("num_workers", cfg.num_workers, 2)
     _at_least("iterations", cfg.iterations, 1)
     _at_least("eval_every", cfg.eval_every, 1)
+    for name in ("seed", "data_seed", "model_seed"):
+        _at_least(name, getattr(cfg, name), 0)
     _in_range("target_accuracy", cfg.target_accuracy, 0.0, 1.0, low_open=True)
+    if cfg.target_loss is not None and not math.isfinite(cfg.target_loss):
+        raise ConfigError("target_loss", cfg.target_loss, "must be a finite number or null")
+    if not cfg.experiment_name.strip():
+        raise ConfigError("experiment_name", cfg.experiment_name,
+                          "must be a non-empty name (results go to results/<experiment_name>/)")
 
     algo = cfg.algo
     _choice("algo.name", algo.name, ALGORITHMS)
@@ -231,39 +268,103 @@ def validate(cfg: RunConfig):
     _choice("dataset.split", data.split, SPLITS)
     _at_least("dataset.batch_size", data.batch_size, 1)
     _at_least("dataset.shards_per_worker", data.shards_per_worker, 1)
-    if not data.dirichlet_alpha > 0:
-        raise ConfigError("dataset.dirichlet_alpha", data.dirichlet_alpha, "must be > 0")
+    _finite("dataset.dirichlet_alpha", data.dirichlet_alpha, 0, strict=True)
     if data.name == "synthetic":
         _at_least("dataset.num_train", data.num_train, cfg.num_workers)
         _at_least("dataset.num_test", data.num_test, 1)
         _at_least("dataset.input_dim", data.input_dim, 1)
         _at_least("dataset.num_classes", data.num_classes, 2)
+        _finite("dataset.class_sep", data.class_sep, 0)
     input_dim = input_dim_of(data)
     _in_range("dataset.pca_dim", data.pca_dim, 0, input_dim)
+    if data.whiten and data.pca_dim == 0:
+        raise ConfigError("dataset.whiten", data.whiten,
+                          "whitening scales PCA components; set dataset.pca_dim > 0 or dataset.whiten=false")
     smallest = shard_size_bound(data, cfg.num_workers)
     if smallest is not None and data.batch_size > smallest:
         raise ConfigError("dataset.batch_size", data.batch_size,
                           f"must be at most the smallest worker shard ({smallest} samples with "
                           f"{cfg.num_workers} workers, split={data.split})")
+    if smallest is None:  # dirichlet: shard sizes are random, but the smallest is at most n // N
+        from .data import train_size_of
+
+        best = train_size_of(data) // cfg.num_workers
+        if data.batch_size > best:
+            raise ConfigError("dataset.batch_size", data.batch_size,
+                              f"must be at most the smallest worker shard (at most {best} samples with "
+                              f"{cfg.num_workers} workers, split={data.split})")
 
     _choice("model.name", cfg.model.name, ("logreg", "mlp"))
     for i, width in enumerate(cfg.model.hidden):
         _at_least(f"model.hidden[{i}]", width, 1)
-    _at_least("model.weight_decay", cfg.model.weight_decay, 0.0)
+    _finite("model.weight_decay", cfg.model.weight_decay, 0.0)
 
-    cfg.straggler.compute.validate("straggler.compute")
-    cfg.straggler.link.validate("straggler.link")
+    for where, spec in (("straggler.compute", cfg.straggler.compute), ("straggler.link", cfg.straggler.link)):
+        spec.validate(where)
     _choice("protocol.sync", cfg.protocol.sync, SYNC_MODES)
     _choice("runner.name", cfg.runner.name, RUNNERS)
     _at_least("runner.chunk", cfg.runner.chunk, 1)
+    _validate_runner(cfg)
     _choice("logger.name", cfg.logger.name, LOGGERS)
 
     graph = build_graph(cfg.topology, cfg.num_workers)
-    make_policy(algo, graph.degrees)  # b / m that no worker can honour
+    low, high = int(graph.degrees.min()), int(graph.degrees.max())
+    # A value some workers cannot honour is clamped for them (with a warning); one that no worker can is an error.
+    if algo.name == "cb_static" and algo.b > high - 1:
+        raise ConfigError("algo.b", algo.b, f"allowed range 0..{high - 1} on this graph (degrees {low}..{high}): "
+                                            "worker j waits for d_j - b >= 1 neighbours")
+    if algo.name == "cb_dybw" and algo.min_neighbors > high:
+        raise ConfigError("algo.min_neighbors", algo.min_neighbors,
+                          f"allowed range 1..{high} on this graph (degrees {low}..{high})")
+    make_policy(algo, graph.degrees)  # the policy's own check of b / m
+    _validate_stragglers(cfg, graph)
     return graph
+
+
+def schema_keys(key: str) -> tuple[str, list[str], bool]:
+    """Where a dotted ``key`` stops matching the typed schema.
+
+    Returns ``(section, names, is_field)``: the deepest config section on the key's path (``""`` for the
+    top level), the field names of that section, and whether the whole key is a field of the schema.
+    """
+    cls, parts = RunConfig, key.split(".")
+    for i, part in enumerate(parts):
+        section = ".".join(parts[:i])
+        names = [f.name for f in dataclasses.fields(cls)]
+        if part not in names:
+            return section, names, False
+        kind = typing.get_type_hints(cls)[part]
+        if i == len(parts) - 1:
+            return section, names, True
+        if not dataclasses.is_dataclass(kind):
+            return section, names, False
+        cls = kind
+    raise AssertionError("unreachable")
+
+
+def _validate_runner(cfg: RunConfig) -> None:
+    runner = cfg.runner
+    _choice("runner.clock", runner.clock, CLOCKS)
+    _choice("runner.fault", runner.fault, FAULTS)
+    _at_least("runner.ranks", runner.ranks, 0)
+    if runner.ranks > cfg.num_workers:
+        raise ConfigError("runner.ranks", runner.ranks, f"allowed range 0..{cfg.num_workers} (num_workers; 0 = auto)")
+    if runner.clock == "wall" and runner.ranks not in (0, cfg.num_workers):
+        raise ConfigError("runner.ranks", runner.ranks,
+                          f"the wall clock runs one worker per rank: use 0 or {cfg.num_workers}")
+    if runner.clock == "wall" and runner.name != "mpi":
+        raise ConfigError("runner.clock", runner.clock, "the wall clock needs runner=mpi")
+    if not runner.timeout_s > 0:
+        raise ConfigError("runner.timeout_s", runner.timeout_s, "must be > 0 seconds")
+    if not runner.launcher:
+        raise ConfigError("runner.launcher", runner.launcher, "must name a launcher, e.g. [mpiexec, -n, '{ranks}']")
 
 
 def load(plain: dict) -> RunConfig:
     """Typed config from the composed, resolved config (``OmegaConf.to_container(cfg, resolve=True)``)."""
     plain = {k: v for k, v in plain.items() if k != "hydra"}
+    for group in GROUPS:
+        if group not in plain:  # e.g. `~algo`: silently falling back to the dataclass defaults would mislead
+            raise ConfigError(group, None, f"the config group is required: choose an option with {group}=<name> "
+                                           f"(the yaml files in conf/{group}/)")
     return build(RunConfig, plain)

@@ -54,6 +54,38 @@ def _summary(cfg, status: str, message: str, rows: list[dict], engine, wall: flo
     }
 
 
+def _run_mpi(cfg, graph, job_dir: Path, resolved: dict, digest: str) -> dict:
+    """``runner=mpi``: use the MPI world run.py was started in, or launch one for this job."""
+    from .mpi import world_size_from_environment
+
+    if world_size_from_environment() > 1:
+        from mpi4py import MPI
+
+        from .mpi.__main__ import run_in_world
+
+        return run_in_world(MPI.COMM_WORLD, cfg, graph, job_dir, resolved, digest)
+    from .mpi.launch import launch_job
+
+    return launch_job(cfg, job_dir, resolved, digest)
+
+
+def failed_summary(cfg, job_dir: Path, status: str, message: str, digest: str, wall: float) -> dict:
+    """Summary of a job that ended badly outside the engine (e.g. a dead MPI rank), from metrics.csv."""
+    import pandas as pd
+
+    try:
+        rows = pd.read_csv(Path(job_dir) / "metrics.csv").to_dict("records")
+    except (OSError, ValueError):
+        rows = []
+    summary = _summary(cfg, status, message, rows, None, wall, digest)
+    if rows:
+        last = rows[-1]
+        summary.update(iterations=int(last["iteration"]), total_time=last["time"],
+                       mean_iteration_duration=last["mean_iteration_duration"], mean_backups=last["mean_backups"])
+    ResultsWriter(job_dir).write_summary(summary)
+    return summary
+
+
 class _Progress:
     """A tqdm bar per job: iteration, virtual time, latest test accuracy."""
 
@@ -81,24 +113,48 @@ class _Progress:
             self.bar.close()
 
 
-def run_job(cfg, graph, job_dir: Path, resolved: dict, digest: str) -> dict:
-    """Train one job into ``job_dir`` unless it already completed with the same config; return its summary."""
+def completed_before(job_dir: Path, digest: str) -> dict | None:
+    """The summary of a completed run of the same config in ``job_dir``, if there is one."""
+    previous = read_summary(job_dir)
+    if previous and previous.get("status") == "completed" and previous.get("config_hash") == digest:
+        return previous
+    return None
+
+
+class _NoWriter:
+    """What ranks other than 0 use: they compute but write nothing into the job directory."""
+
+    metrics_rows: list = []
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
+def run_job(cfg, graph, job_dir: Path, resolved: dict, digest: str, make_engine=LocalEngine,
+            writes: bool = True) -> dict:
+    """Train one job into ``job_dir`` unless it already completed with the same config; return its summary.
+
+    ``make_engine(cfg, graph, dataset, network)`` builds the backend; ``writes=False`` on MPI ranks other
+    than 0, which take part in the computation but leave the job directory to rank 0.
+    """
     from .data import load_dataset
 
-    previous = read_summary(job_dir)
-    if previous and previous.get("status") == "completed" and previous.get("config_hash") == digest and not cfg.force:
+    previous = completed_before(job_dir, digest) if writes else None
+    if previous and not cfg.force:
         log.info("%s: already completed (config %s); skipped — pass force=true to rerun", job_dir, digest)
         return previous
+    if cfg.runner.name == "mpi" and make_engine is LocalEngine:
+        return _run_mpi(cfg, graph, job_dir, resolved, digest)
 
-    writer = ResultsWriter(job_dir)
+    writer = ResultsWriter(job_dir) if writes else _NoWriter()
     writer.write_topology(graph.to_json())
     started = time.perf_counter()
     engine, status, message = None, "failed", ""
-    progress = _Progress(cfg, cfg.progress)
+    progress = _Progress(cfg, cfg.progress and writes)
     try:
         dataset = load_dataset(cfg.dataset, cfg.num_workers, cfg.data_seed, data_dir=cfg.data_dir)
         network = build_network(cfg.model, dataset.input_dim, dataset.num_classes)
-        engine = LocalEngine(cfg, graph, dataset, network)
+        engine = make_engine(cfg, graph, dataset, network)
 
         def on_evaluation(row):
             writer.add_metrics(row)

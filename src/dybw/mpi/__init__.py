@@ -1,0 +1,29 @@
+"""The MPI backend (DESIGN.md §5): the protocol executed by real MPI ranks.
+
+- :mod:`.launch`   the parent side: ``mpiexec -n R python -m dybw.mpi <job dir>`` per job, heartbeats,
+                   timeout, naming a dead or hung rank, no orphans.
+- :mod:`.virtual`  ``runner.clock=virtual``: ranks host groups of workers; the virtual clock decides who
+                   is used, so the numbers equal the local backend's.
+- :mod:`.wall`     ``runner.clock=wall``: one worker per rank, delays really slept, times measured.
+- :mod:`.exchange` the neighbour exchange plan between ranks (flat float32 buffers, never pickles).
+- :mod:`.health`   heartbeat and error files in ``<job dir>/.mpi/``.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Set by the launchers we support: MPICH/Hydra (PMI_*), Open MPI (OMPI_*), PMIx, Slurm.
+_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS")
+
+
+def world_size_from_environment() -> int:
+    """Size of the MPI world this process was started in (1 when not under an MPI launcher).
+
+    Read from the environment so that deciding whether to launch does not initialise MPI.
+    """
+    for name in _SIZE_VARIABLES:
+        value = os.environ.get(name)
+        if value and value.isdigit():
+            return int(value)
+    return 1

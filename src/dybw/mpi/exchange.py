@@ -1,0 +1,68 @@
+"""Neighbour exchange between ranks that host groups of workers.
+
+Workers are split into ``R`` contiguous groups, group r on rank r.  Rank r must receive, from every other
+rank q, the rows of q's workers that neighbour one of r's workers, and send q the rows of its own
+workers that neighbour one of q's.  One buffer per rank pair and iteration: ``[rows, P]`` float32,
+upper-case non-blocking mpi4py calls (no pickling), tagged by the iteration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+TAG_MODULUS = 32000  # MPI guarantees tags up to at least 32767
+
+
+def worker_groups(num_workers: int, ranks: int) -> list[np.ndarray]:
+    """Contiguous, balanced groups: rank r hosts ``groups[r]``."""
+    return [g.astype(np.int64) for g in np.array_split(np.arange(num_workers), ranks)]
+
+
+@dataclass
+class ExchangePlan:
+    """What rank ``rank`` sends to and receives from each peer rank."""
+
+    rank: int
+    mine: np.ndarray  # hosted workers (global ids)
+    send_rows: dict[int, np.ndarray]  # peer -> positions (within mine) of rows to send
+    recv_workers: dict[int, np.ndarray]  # peer -> global ids of the rows received
+    columns: np.ndarray  # global ids of [mine, received rows of every peer in order]
+
+    @classmethod
+    def build(cls, adjacency: np.ndarray, groups: list[np.ndarray], rank: int) -> "ExchangePlan":
+        mine = groups[rank]
+        send_rows, recv_workers = {}, {}
+        for peer, theirs in enumerate(groups):
+            if peer == rank:
+                continue
+            links = adjacency[np.ix_(mine, theirs)]
+            if links.any():
+                send_rows[peer] = np.flatnonzero(links.any(axis=1))
+                recv_workers[peer] = theirs[links.any(axis=0)]
+        columns = np.concatenate([mine, *[recv_workers[p] for p in sorted(recv_workers)]]) if recv_workers else mine
+        return cls(rank, mine, send_rows, recv_workers, columns.astype(np.int64))
+
+
+class NeighbourExchange:
+    """Posts the receives and sends of one iteration and returns the stacked known rows."""
+
+    def __init__(self, comm, plan: ExchangePlan, num_params: int):
+        self.comm = comm
+        self.plan = plan
+        self.peers = sorted(plan.recv_workers)
+        self.recv = {p: np.empty((len(plan.recv_workers[p]), num_params), np.float32) for p in self.peers}
+        self.send = {p: np.empty((len(plan.send_rows[p]), num_params), np.float32) for p in sorted(plan.send_rows)}
+
+    def exchange(self, rows: np.ndarray, iteration: int) -> np.ndarray:
+        """``rows`` = this rank's ``[len(mine), P]``; returns ``[len(columns), P]`` in ``plan.columns`` order."""
+        from mpi4py import MPI
+
+        tag = iteration % TAG_MODULUS
+        requests = [self.comm.Irecv(self.recv[p], source=p, tag=tag) for p in self.peers]
+        for peer, buffer in self.send.items():
+            np.take(rows, self.plan.send_rows[peer], axis=0, out=buffer)
+            requests.append(self.comm.Isend(buffer, dest=peer, tag=tag))
+        MPI.Request.Waitall(requests)
+        return np.concatenate([rows, *[self.recv[p] for p in self.peers]]) if self.peers else rows

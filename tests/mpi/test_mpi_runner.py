@@ -1,0 +1,106 @@
+"""The MPI runner against the local backend, and its behaviour when a rank fails (real mpiexec)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from dybw.mpi.health import read_heartbeats
+
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+from helpers import TINY, run_cli, run_config  # noqa: E402
+
+SMALL = TINY + ["num_workers=8", "iterations=12", "eval_every=4", "straggler=shifted_exp", "model=mlp",
+                "model.hidden=[16]", "topology=erdos_renyi", "topology.p=0.5"]
+
+
+def metrics(job_dir):
+    return pd.read_csv(job_dir / "metrics.csv").drop(columns="wall_seconds")
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("algo", [["algo=cb_dybw"], ["algo=cb_full", "algo.update=cta"],
+                                  ["algo=cb_static", "protocol.sync=free", "algo.mixing=metropolis"]])
+def test_virtual_clock_matches_the_local_backend(tmp_path, ranks, algo):
+    local = run_config(SMALL + algo, tmp_path / "local")
+    mpi = run_config(SMALL + algo + ["runner=mpi", f"runner.ranks={ranks}"], tmp_path / "mpi")
+    assert local["status"] == mpi["status"] == "completed"
+    pd.testing.assert_frame_equal(metrics(tmp_path / "local"), metrics(tmp_path / "mpi"), rtol=1e-6, atol=1e-7)
+    timeline_local = pd.read_parquet(tmp_path / "local/timeline.parquet")
+    timeline_mpi = pd.read_parquet(tmp_path / "mpi/timeline.parquet")
+    pd.testing.assert_frame_equal(timeline_local, timeline_mpi)
+    assert not (tmp_path / "mpi" / ".mpi" / "job.json").read_text() == ""
+
+
+@pytest.mark.parametrize("algo", ["cb_full", "cb_static", "cb_dybw"])
+def test_wall_clock_durations_match_the_virtual_clock(tmp_path, algo):
+    """Delays >= 20 ms, 4 ranks: the measured mean iteration within 10 % of the virtual clock's."""
+    delays = ["straggler=shifted_exp", "straggler.compute.shift=0.02", "straggler.compute.scale=0.005",
+              "straggler.link.shift=0.02", "straggler.link.scale=0.02"]
+    common = TINY + delays + ["num_workers=4", "topology=complete", "iterations=30", "eval_every=30",
+                              f"algo={algo}"]
+    virtual = run_config(common, tmp_path / "virtual")
+    wall = run_config(common + ["runner=mpi", "runner.clock=wall"], tmp_path / "wall")
+    assert wall["status"] == "completed"
+    ratio = wall["mean_iteration_duration"] / virtual["mean_iteration_duration"]
+    assert 0.9 <= ratio <= 1.1, (algo, wall["mean_iteration_duration"], virtual["mean_iteration_duration"])
+    timeline = pd.read_parquet(tmp_path / "wall/timeline.parquet")
+    assert len(timeline) == 30 * 4 and (timeline["used"] >= 1).all()
+
+
+def _no_rank_left(job_dir) -> bool:
+    out = subprocess.run(["pgrep", "-f", f"dybw.mpi {job_dir}"], capture_output=True, text=True)
+    return out.stdout.strip() == ""
+
+
+def test_a_rank_that_raises_fails_the_job_naming_it(tmp_path):
+    done = run_cli(SMALL + ["runner=mpi", "runner.ranks=2", "runner.fault=raise", "runner.fault_rank=1",
+                            "runner.fault_iteration=5", "iterations=40"], cwd=tmp_path, timeout=300)
+    assert done.returncode != 0
+    assert "rank 1" in done.stderr and "injected fault" in done.stderr
+    job_dir = next((tmp_path / "results" / "adhoc").iterdir())
+    summary = pd.read_json(job_dir / "summary.json", typ="series")
+    assert summary["status"] == "failed" and "rank 1" in summary["message"]
+    assert (job_dir / "metrics.csv").exists()  # what was measured is kept
+    assert _no_rank_left(job_dir)
+
+
+def test_a_hung_rank_fails_the_job_within_the_timeout(tmp_path):
+    started = time.time()
+    done = run_cli(SMALL + ["runner=mpi", "runner.ranks=2", "runner.fault=hang", "runner.fault_rank=1",
+                            "runner.fault_iteration=3", "runner.timeout_s=8", "iterations=40"],
+                   cwd=tmp_path, timeout=300)
+    assert done.returncode != 0 and "rank 1" in done.stderr and "heartbeat" in done.stderr
+    assert time.time() - started < 120
+    assert _no_rank_left(next((tmp_path / "results" / "adhoc").iterdir()))
+
+
+def test_a_rank_killed_with_sigkill_is_named_and_nothing_is_left(tmp_path):
+    command = [sys.executable, str(__import__("helpers").REPO / "run.py"), *SMALL, "runner=mpi", "runner.ranks=2",
+               "iterations=100000", "eval_every=1000", "runner.timeout_s=30"]
+    process = subprocess.Popen(command, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    job_dir = None
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        dirs = list((tmp_path / "results" / "adhoc").glob("*")) if (tmp_path / "results").exists() else []
+        beats = read_heartbeats(dirs[0]) if dirs else {}
+        if 1 in beats and beats[1]["iteration"] >= 5:
+            job_dir = dirs[0]
+            os.kill(beats[1]["pid"], signal.SIGKILL)
+            break
+        time.sleep(0.2)
+    assert job_dir is not None, "rank 1 never started iterating"
+    killed = time.time()
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode != 0
+    assert time.time() - killed < 30
+    assert "rank 1" in stderr, stderr[-1500:]
+    assert _no_rank_left(job_dir)
+    summary = pd.read_json(job_dir / "summary.json", typ="series")
+    assert summary["status"] == "failed"
