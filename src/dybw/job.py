@@ -146,19 +146,30 @@ def run_job(cfg, graph, job_dir: Path, resolved: dict, digest: str, make_engine=
     if cfg.runner.name == "mpi" and make_engine is LocalEngine:
         return _run_mpi(cfg, graph, job_dir, resolved, digest)
 
+    from .tracking import make_tracker
+
     writer = ResultsWriter(job_dir) if writes else _NoWriter()
     writer.write_topology(graph.to_json())
     started = time.perf_counter()
     engine, status, message = None, "failed", ""
     progress = _Progress(cfg, cfg.progress and writes)
+    tracker = make_tracker(cfg, job_dir, resolved) if writes else None  # only rank 0 talks to W&B
     try:
         dataset = load_dataset(cfg.dataset, cfg.num_workers, cfg.data_seed, data_dir=cfg.data_dir)
         network = build_network(cfg.model, dataset.input_dim, dataset.num_classes)
         engine = make_engine(cfg, graph, dataset, network)
+        logged = 0  # timeline iterations already sent to the tracker
 
         def on_evaluation(row):
+            nonlocal logged
             writer.add_metrics(row)
             progress.evaluation(row)
+            if tracker is not None:
+                done = engine.timeline.done
+                tracker.log_iterations(logged, engine.timeline.end[logged:done],
+                                       engine.timeline.columns["backups"][logged:done])
+                logged = done
+                tracker.log_evaluation(row)
 
         engine.run(on_evaluation, progress.advance)
         status = "completed"
@@ -177,4 +188,6 @@ def run_job(cfg, graph, job_dir: Path, resolved: dict, digest: str, make_engine=
             writer.write_timeline(engine.timeline.truncated())
         summary = _summary(cfg, status, message, writer.metrics_rows, engine, time.perf_counter() - started, digest)
         writer.write_summary(summary)
+        if tracker is not None:
+            tracker.finish(summary)
     return summary
