@@ -12,6 +12,7 @@ import itertools
 import logging
 import re
 import sys
+import warnings
 from pathlib import Path
 
 from .errors import ConfigError, DybwError
@@ -22,6 +23,7 @@ FAILED_JOBS: list[str] = []  # filled by run_hydra_job; run.py exits non-zero wh
 
 def fail(message: str, code: int = 2) -> None:
     """Print one line to stderr and exit (no traceback)."""
+    message = re.sub(r"\s*\n\s*", " ", str(message)).strip()
     print(f"error: {message}", file=sys.stderr)
     sys.exit(code)
 
@@ -34,25 +36,41 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("dirname_or", lambda name, default: name or default)
 
 
-def expand_sweep(overrides: list[str]) -> list[list[str]]:
-    """Every job's override list of a Hydra basic sweep (cartesian product of the sweep overrides)."""
+def _config_loader(conf_dir: Path):
+    """Hydra's config loader over ``conf_dir``: what a ``glob(...)`` sweep of a group is expanded against."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.utils import create_config_search_path
+
+    return ConfigLoaderImpl(config_search_path=create_config_search_path(str(conf_dir)))
+
+
+def expand_sweep(overrides: list[str], conf_dir: Path | None = None) -> list[list[str]]:
+    """Every job's override list of a Hydra basic sweep, in the order Hydra's basic sweeper launches them.
+
+    As in the basic sweeper, a later override of the same key replaces an earlier one, and the jobs are
+    the cartesian product of the sweeps (``a,b``, ``choice()``, ``range()``, ``glob()`` over a group).
+    """
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    choices = []
+    loader = _config_loader(conf_dir) if conf_dir is not None else None
+    parsed = OverridesParser.create(config_loader=loader).parse_overrides(overrides)
+    choices: dict[str, list[str]] = {}
     for override in parsed:
+        key = override.get_key_element()
         if override.is_sweep_override():
-            key = override.get_key_element()
-            choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+            if not override.is_discrete_sweep():
+                raise ConfigError(key, override.input_line.split("=", 1)[-1],
+                                  "a multirun sweeps a list: a,b,c | choice(a,b) | range(start,stop[,step]) | glob(*)")
+            choices[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
         else:
-            choices.append([override.input_line])
-    return [list(job) for job in itertools.product(*choices)]
+            choices[key] = [override.input_line]
+    return [list(job) for job in itertools.product(*choices.values())]
 
 
 def _one_line(error: Exception) -> str:
     """Hydra's composition errors as one line; a missing group option lists the valid options."""
     text = str(error)
-    missing = re.search(r"Could not find '([^']+)/([^']+)'", text)
+    missing = re.search(r"Could not find '([^']+)/([^']*)'", text)
     if missing:
         group, option = missing.groups()
         options = re.findall(r"^\s+(\S+)\s*$", text.split("Available options", 1)[-1], flags=re.M)
@@ -61,12 +79,57 @@ def _one_line(error: Exception) -> str:
     return re.sub(r"\s+", " ", text)
 
 
+def _unknown_key(conf_dir: Path, overrides: list[str], error: Exception) -> str | None:
+    """Hydra's "Could not override 'k'" as one line naming the key, the value and the valid keys."""
+    from .config import schema_keys
+
+    found = re.search(r"Could not override '([^']+)'\.\s*To append to your config use \+([^\n]+)", str(error))
+    if not found:
+        return None
+    key, line = found.group(1), found.group(2).strip()
+    value = line.split("=", 1)[1] if "=" in line else line
+    if key.split(".")[0] == "hydra":
+        return f"{key}={value} is invalid: not a key of Hydra's own config (see python run.py --hydra-help)"
+    section, names, is_field = schema_keys(key)
+    if not is_field:
+        where = f"of {section}" if section else "at the top level"
+        return f"{key}={value} is invalid: unknown key; valid keys {where}: {', '.join(names)}"
+    # A key of the schema that the chosen group option does not set (e.g. algo.b with algo=cb_full).
+    leaf = key.rsplit(".", 1)[-1]
+    chosen = ""
+    try:
+        others = [o for o in overrides if o.split("=", 1)[0] != key]
+        node = compose_job(conf_dir, others)
+        group = section.split(".")[0]
+        if isinstance(node.get(group), dict) and "name" in node[group]:
+            chosen = f" ({group}={node[group]['name']})"
+        for part in section.split("."):
+            node = node[part]
+        present = f" (it sets: {', '.join(node)})"
+    except Exception:  # noqa: BLE001 - the explanation is best effort; the error stands anyway
+        present = ""
+    return (f"{key}={value} is invalid: the chosen {section}{chosen} does not use '{leaf}'{present}; "
+            f"to add it anyway write +{key}={value}")
+
+
+def _is_hydra_override(override: str) -> bool:
+    return override.lstrip("+~").startswith(("hydra.", "hydra/"))
+
+
+def _compose_hydra(conf_dir: Path, overrides: list[str]) -> None:
+    """Compose with Hydra's own config too, so a bad ``hydra.*`` override fails before anything runs."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        compose(config_name="config", overrides=overrides, return_hydra_config=True)
+
+
 def compose_job(conf_dir: Path, overrides: list[str]):
     """The resolved plain config of one job (``hydra.*`` overrides left to Hydra itself)."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    job_overrides = [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/"))]
+    job_overrides = [o for o in overrides if not _is_hydra_override(o)]
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
         cfg = compose(config_name="config", overrides=job_overrides)
     return OmegaConf.to_container(cfg, resolve=True)
@@ -82,19 +145,26 @@ def prevalidate(argv: list[str], conf_dir: Path) -> None:
     if args.help or args.hydra_help or args.cfg or args.info or args.shell_completion:
         return
     register_resolvers()
+    multirun = args.multirun or any(re.fullmatch(r"hydra\.mode=['\"]?MULTIRUN['\"]?", o) for o in args.overrides)
     try:
-        jobs = expand_sweep(args.overrides) if args.multirun else [args.overrides]
+        jobs = expand_sweep(args.overrides, conf_dir) if multirun else [args.overrides]
+    except DybwError as error:
+        fail(str(error))
     except Exception as error:  # Hydra's override grammar errors
         fail(_one_line(error))
     for overrides in jobs:
+        prefix = f"[job {' '.join(overrides)}] " if len(jobs) > 1 else ""
         try:
             plain = compose_job(conf_dir, overrides)
+            if any(_is_hydra_override(o) for o in overrides):
+                _compose_hydra(conf_dir, overrides)  # Hydra's own settings (hydra.run.dir, hydra/launcher=...)
         except Exception as error:
-            fail(_one_line(error))
+            fail(prefix + (_unknown_key(conf_dir, overrides, error) or _one_line(error)))
         try:
-            validate(load(plain))
+            with warnings.catch_warnings():  # e.g. a clamped algo.b: the job itself warns when it runs
+                warnings.simplefilter("ignore")
+                validate(load(plain))
         except DybwError as error:
-            prefix = f"[job {' '.join(overrides)}] " if len(jobs) > 1 else ""
             fail(prefix + str(error))
 
 

@@ -63,7 +63,7 @@ def atomic_write_json(path: Path, data: dict) -> None:
 
 def config_hash(resolved_config: dict) -> str:
     """Short hash of the resolved config minus keys that do not change results (progress, force, ...)."""
-    ignored = {"progress", "force", "logger", "resume"}
+    ignored = {"progress", "force", "logger", "resume", "data_dir"}  # data files are MD5-verified anyway
     relevant = {k: v for k, v in resolved_config.items() if k not in ignored}
     return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

@@ -148,7 +148,9 @@ class _Replay:
                 try:
                     self.values[k, e] = table[(k, *ids)]
                 except KeyError:
-                    raise ConfigError(f"{where}.path", spec.path, f"trace has no row for iteration {k}, {'/'.join(key_columns)} {ids}") from None
+                    who = " ".join(f"{c}={i}" for c, i in zip(key_columns, ids))
+                    raise ConfigError(f"{where}.path", spec.path,
+                                      f"the trace has no row for iteration={k} {who} (does it cover num_workers?)") from None
 
     def take(self, k0: int, count: int) -> np.ndarray:
         rows = np.arange(k0, k0 + count) % self.values.shape[0]

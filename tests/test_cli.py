@@ -1,0 +1,103 @@
+"""Bad input through the real command line: one line on stderr, a non-zero exit, nothing started.
+
+Each case is a ``python run.py ...`` subprocess; a validation failure exits before TensorFlow is
+imported (well under a second), so these stay cheap.  The good multirun at the end trains two tiny jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from dybw.cli import expand_sweep
+
+from helpers import CONF, TINY, run_cli
+
+BAD_INPUT = {
+    "unknown group option": (["algo=cb_foo"], ["algo", "'cb_foo'", "cb_dybw, cb_full, cb_static"]),
+    "empty group option": (["algo="], ["algo", "''", "cb_dybw, cb_full, cb_static"]),
+    "too few workers": (["num_workers=1"], ["num_workers=1", ">= 2"]),
+    "not an integer": (["num_workers=abc"], ["num_workers", "'abc'", "integer"]),
+    "b no worker can honour": (["algo=cb_static", "topology=ring", "algo.b=2"],
+                               ["algo.b=2", "allowed range 0..1", "degrees 2..2"]),
+    "edge probability 0": (["topology.p=0"], ["topology.p=0", "(0, 1]"]),
+    "edge probability above 1": (["topology.p=1.5"], ["topology.p=1.5", "(0, 1]"]),
+    "negative delay scale": (["straggler.link.scale=-1"], ["straggler.link.scale=-1", ">= 0"]),
+    "batch above a shard": (["dataset=mnist", "dataset.batch_size=5000"],
+                            ["dataset.batch_size=5000", "at most", "3750 samples", "16 workers"]),
+    "pca above the input size": (["dataset.pca_dim=1000"], ["dataset.pca_dim=1000", "[0, 784]"]),
+    "disconnected graph": (["topology=custom", "num_workers=4", "topology.edges=[[0,1],[2,3]]"],
+                           ["topology.edges=[[0, 1], [2, 3]]", "disconnected", "{0, 1} and {2, 3}"]),
+    "unknown top-level key": (["foo=1"], ["foo=1", "unknown key", "num_workers", "iterations", "algo"]),
+    "unknown nested key": (["algo.eta=0.5"], ["algo.eta=0.5", "unknown key", "eta0", "min_neighbors"]),
+    "key the chosen option does not set": (["algo=cb_full", "algo.b=2"],
+                                           ["algo.b=2", "algo=cb_full", "+algo.b=2"]),
+    "whiten without pca": (["dataset=synthetic", "dataset.whiten=true"], ["dataset.whiten=True", "pca_dim"]),
+    "removed group": (["~algo"], ["algo=None", "required", "algo=<name>"]),
+    "unknown hydra key": (["hydra.foo=1"], ["hydra.foo=1", "not a key"]),
+    "unknown hydra group option": (["hydra/launcher=nope"], ["hydra/launcher", "'nope'", "basic"]),
+    "multirun with one bad job": (["-m", "algo.eta0=0.1,-1"], ["algo.eta0=-1", "> 0"]),
+    "multirun by hydra.mode with one bad job": (["hydra.mode=MULTIRUN", "algo.eta0=0.1,-1"], ["algo.eta0=-1", "> 0"]),
+    "multirun sweep the basic sweeper cannot list": (["-m", "seed=interval(0,1)"], ["seed", "interval(0,1)"]),
+}
+
+
+@pytest.mark.parametrize(("args", "expected"), list(BAD_INPUT.values()), ids=list(BAD_INPUT))
+def test_bad_input_is_one_line_and_nothing_starts(args, expected, tmp_path):
+    started = time.perf_counter()
+    proc = run_cli(args, cwd=tmp_path, timeout=60)
+    elapsed = time.perf_counter() - started
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0
+    assert len(lines) == 1 and lines[0].strip(), proc.stderr
+    assert "Traceback" not in proc.stderr and "HYDRA_FULL_ERROR" not in proc.stderr
+    for text in expected:
+        assert text in lines[0], f"{text!r} not in {lines[0]!r}"
+    assert not (tmp_path / "results").exists()
+    assert elapsed < 20, f"validation took {elapsed:.1f} s"  # ~0.5 s: nothing heavy is imported
+
+
+def test_expand_sweep_matches_the_basic_sweeper():
+    jobs = expand_sweep(["algo=glob(cb_*)", "seed=1,2", "iterations=3", "seed=range(5,7)"], CONF)
+    # as in Hydra's basic sweeper: a later override of a key replaces the earlier one; product in order
+    assert jobs == [[f"algo={a}", f"seed={s}", "iterations=3"]
+                    for a in ("cb_dybw", "cb_full", "cb_static") for s in (5, 6)]
+
+
+def _summaries(root):
+    return {path.parent.name: path for path in sorted((root / "results" / "adhoc").glob("*/summary.json"))}
+
+
+def test_good_multirun_runs_each_job_once_then_skips_until_forced(tmp_path):
+    args = ["-m", "algo=cb_dybw,cb_full", *TINY]
+    first = run_cli(args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    summaries = _summaries(tmp_path)
+    assert len(summaries) == 2
+    algos = set()
+    for path in summaries.values():
+        summary = json.loads(path.read_text())
+        assert summary["status"] == "completed"
+        algos.add(summary["algo"])
+        for name in ("metrics.csv", "timeline.parquet", "topology.json"):
+            assert (path.parent / name).is_file()
+    assert algos == {"cb_dybw", "cb_full"}
+    stamps = {name: (path.stat().st_mtime_ns, json.loads(path.read_text())["wall_seconds"])
+              for name, path in summaries.items()}
+
+    again = run_cli(args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert (again.stdout + again.stderr).count("already completed") == 2
+    assert {name: (path.stat().st_mtime_ns, json.loads(path.read_text())["wall_seconds"])
+            for name, path in _summaries(tmp_path).items()} == stamps
+
+    forced = run_cli([*args, "force=true"], cwd=tmp_path)
+    assert forced.returncode == 0, forced.stderr
+    assert "already completed" not in forced.stdout + forced.stderr
+    rerun = _summaries(tmp_path)
+    assert rerun.keys() == stamps.keys()  # force does not change the job directories
+    for name, path in rerun.items():
+        assert path.stat().st_mtime_ns > stamps[name][0]
+        assert json.loads(path.read_text())["status"] == "completed"
