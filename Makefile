@@ -7,7 +7,7 @@ export DYBW_DATA_DIR ?= $(abspath ../shared/data)
 endif
 INSTALLED := .make/installed
 
-.PHONY: help install test test-fast run smoke bench clean
+.PHONY: help install test test-fast run smoke bench report clean
 
 help:  ## show this help
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -32,6 +32,16 @@ smoke: $(INSTALLED)  ## a seconds-long run on the synthetic task
 
 bench: $(INSTALLED)  ## engine vs bare TF step; time per iteration vs N
 	$(PYTHON) bench/bench_engine.py
+
+report: $(INSTALLED)  ## W&B report of an experiment (EXPERIMENT=name, default the latest); offline: what it would create
+	$(PYTHON) -m dybw.report $(if $(EXPERIMENT),--experiment $(EXPERIMENT))
+
+.PHONY: figures figures-quick
+figures: $(INSTALLED)  ## run what experiments/*.yaml need (finished jobs reused), draw paper_figures/ + REPRODUCTION.md (ONLY=spec)
+	$(PYTHON) -m dybw.figures $(if $(ONLY),--only $(ONLY))
+
+figures-quick: $(INSTALLED)  ## the same pipeline at tiny sizes (synthetic data, ~2 min), into results/quick_figures/
+	$(PYTHON) -m dybw.figures --quick $(if $(ONLY),--only $(ONLY))
 
 clean:  ## remove run outputs
 	rm -rf results/ multirun/ outputs/ .make/

@@ -5,6 +5,7 @@
     python run.py -m algo=cb_dybw,cb_full dataset=mnist   # a multirun, one job per algorithm
 """
 
+import signal
 import sys
 from pathlib import Path
 
@@ -20,7 +21,12 @@ def main(cfg):
     return run_hydra_job(cfg)
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM (a cluster's scheduler) ends a run like Ctrl-C: flushed, 'interrupted'
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _interrupt)
     prevalidate(sys.argv[1:], CONF_DIR)
     register_resolvers()
     try:

@@ -12,7 +12,7 @@ from dybw.results import config_hash
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
-TINY = ["dataset=synthetic", "model=logreg", "num_workers=4", "iterations=6", "eval_every=3", "progress=false",
+TINY = ["dataset=synthetic", "model=logreg", "logger=none", "num_workers=4", "iterations=6", "eval_every=3", "progress=false",
         "dataset.num_train=512", "dataset.num_test=128", "dataset.batch_size=16"]
 
 

@@ -105,3 +105,12 @@ def test_timeline_matches_the_results_contract(tmp_path):
     metrics = pd.read_csv(tmp_path / "metrics.csv")
     assert metrics["iteration"].tolist() == [0, 3, 6]
     assert metrics["time"].iloc[-1] == pytest.approx(summary["total_time"])
+
+
+def test_job_dirnames_stay_short_and_distinct():
+    from dybw.results import MAX_DIRNAME, job_dirname
+
+    long_a = ",".join(f"straggler.link.param{i}={i}" for i in range(20))
+    long_b = long_a + ",seed=1"
+    assert job_dirname("") == "default" and job_dirname("algo=cb_full") == "algo=cb_full"
+    assert len(job_dirname(long_a)) <= MAX_DIRNAME and job_dirname(long_a) != job_dirname(long_b)

@@ -31,9 +31,10 @@ def fail(message: str, code: int = 2) -> None:
 def register_resolvers() -> None:
     from omegaconf import OmegaConf
 
-    if not OmegaConf.has_resolver("dirname_or"):
-        # An empty Hydra override_dirname (plain `python run.py`) would make the job dir the sweep dir.
-        OmegaConf.register_new_resolver("dirname_or", lambda name, default: name or default)
+    from .results import job_dirname
+
+    if not OmegaConf.has_resolver("job_dirname"):
+        OmegaConf.register_new_resolver("job_dirname", job_dirname)
 
 
 def _config_loader(conf_dir: Path):

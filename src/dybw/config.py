@@ -24,7 +24,8 @@ SPLITS = ("iid", "shards", "dirichlet")
 RUNNERS = ("local", "mpi")
 CLOCKS = ("virtual", "wall")
 FAULTS = ("none", "raise", "hang", "exit")
-LOGGERS = ("none",)
+LOGGERS = ("none", "wandb")
+LOGGER_MODES = ("auto", "online", "offline", "disabled")
 GROUPS = ("algo", "dataset", "model", "topology", "straggler", "runner", "logger")  # config groups a job needs
 
 
@@ -96,7 +97,8 @@ class RunnerConfig:
     ranks: int = 0  # 0 = min(num_workers, cores)
     clock: str = "virtual"
     launcher: list[str] = field(default_factory=lambda: ["mpiexec", "-n", "{ranks}"])
-    timeout_s: float = 120.0
+    timeout_s: float = 120.0  # silence (no heartbeat) after a rank's first iteration that fails the job
+    startup_timeout_s: float = 600.0  # silence allowed before it (TF import, data, XLA compile)
     fault: str = "none"  # test hook: make fault_rank raise / hang / exit at fault_iteration
     fault_rank: int = 1
     fault_iteration: int = 5
@@ -104,7 +106,12 @@ class RunnerConfig:
 
 @dataclass
 class LoggerConfig:
-    name: str = "none"
+    name: str = "none"  # none | wandb (docs/tracking.md)
+    mode: str = "auto"  # auto: online with credentials, else offline | online | offline | disabled
+    project: str = "dybw"
+    entity: typing.Optional[str] = None
+    tags: list[str] = field(default_factory=list)
+    dir: typing.Optional[str] = None  # where wandb/ goes (null: the job directory)
 
 
 @dataclass
@@ -306,6 +313,9 @@ def validate(cfg: RunConfig):
     _at_least("runner.chunk", cfg.runner.chunk, 1)
     _validate_runner(cfg)
     _choice("logger.name", cfg.logger.name, LOGGERS)
+    _choice("logger.mode", cfg.logger.mode, LOGGER_MODES)
+    if not cfg.logger.project.strip():
+        raise ConfigError("logger.project", cfg.logger.project, "must be a non-empty W&B project name")
 
     graph = build_graph(cfg.topology, cfg.num_workers)
     low, high = int(graph.degrees.min()), int(graph.degrees.max())
@@ -354,8 +364,9 @@ def _validate_runner(cfg: RunConfig) -> None:
                           f"the wall clock runs one worker per rank: use 0 or {cfg.num_workers}")
     if runner.clock == "wall" and runner.name != "mpi":
         raise ConfigError("runner.clock", runner.clock, "the wall clock needs runner=mpi")
-    if not runner.timeout_s > 0:
-        raise ConfigError("runner.timeout_s", runner.timeout_s, "must be > 0 seconds")
+    for name in ("timeout_s", "startup_timeout_s"):
+        if not getattr(runner, name) > 0:
+            raise ConfigError(f"runner.{name}", getattr(runner, name), "must be > 0 seconds")
     if not runner.launcher:
         raise ConfigError("runner.launcher", runner.launcher, "must name a launcher, e.g. [mpiexec, -n, '{ranks}']")
 

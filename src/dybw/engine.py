@@ -250,8 +250,9 @@ class LocalEngine:
         k = 0
         while k < cfg.iterations:
             chunk = self.schedule.next_chunk(min(cfg.runner.chunk, cfg.iterations - k))
-            weights = tf.constant(chunk.weights)
-            batches = tf.constant(chunk.batches)
+            # One conversion per chunk, unstacked once: indexing a tensor per iteration costs ~90 us a slice.
+            weights = tf.unstack(tf.constant(chunk.weights))
+            batches = tf.unstack(tf.constant(chunk.batches))
             for t in range(len(chunk.timing)):
                 try:
                     losses = self._step(batches[t], chunk.learning_rates[t], weights[t], chunk, t)

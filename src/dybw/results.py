@@ -68,6 +68,23 @@ def config_hash(resolved_config: dict) -> str:
     return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+MAX_DIRNAME = 120  # well below the 255-byte file-name limit, with room for Hydra's own suffixes
+
+
+def job_dirname(overrides: str) -> str:
+    """A job's directory name from Hydra's sorted ``key=value,...`` overrides.
+
+    Empty (a plain ``python run.py``) gives ``default``, so the job never writes into the sweep dir; a
+    name too long for the file system keeps its readable start and ends with a hash of the whole.
+    """
+    if not overrides:
+        return "default"
+    if len(overrides) <= MAX_DIRNAME:
+        return overrides
+    digest = hashlib.sha256(overrides.encode()).hexdigest()[:12]
+    return f"{overrides[:MAX_DIRNAME - 13]}~{digest}"
+
+
 def read_summary(job_dir: Path) -> dict | None:
     """The job's ``summary.json`` or None when absent or unreadable."""
     try:

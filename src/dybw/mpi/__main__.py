@@ -36,7 +36,7 @@ def run_in_world(comm, cfg, graph, job_dir: Path, plain: dict, digest: str) -> d
     heartbeat = Heartbeat(job_dir, comm.rank)
 
     def on_iteration(iteration):
-        heartbeat.beat(iteration)
+        heartbeat.beat(iteration, force=iteration == 1)  # the launcher learns at once that all started
         _maybe_inject_fault(cfg, comm.rank, iteration)
 
     if cfg.runner.clock == "wall":
@@ -45,11 +45,34 @@ def run_in_world(comm, cfg, graph, job_dir: Path, plain: dict, digest: str) -> d
         from .virtual import MpiVirtualEngine as Engine
 
     def make_engine(cfg_, graph_, dataset, network):
-        return Engine(comm, cfg_, graph_, dataset, network, on_iteration=on_iteration)
+        return Engine(comm, cfg_, graph_, dataset, network, on_iteration=on_iteration, on_wait=heartbeat.waiting)
 
     summary = run_job(cfg, graph, job_dir, plain, digest, make_engine=make_engine, writes=comm.rank == 0)
     heartbeat.beat(cfg.iterations, finished=True)
     return summary
+
+
+def _exit_with_parent(parent: dict | None) -> None:
+    """A daemon thread that ends this rank when the launching ``run.py`` is gone (same host only)."""
+    import threading
+    import time
+
+    from .health import HOST
+
+    if not parent or parent.get("host") != HOST:
+        return
+
+    def watch():
+        while True:
+            time.sleep(1.0)
+            try:
+                os.kill(parent["pid"], 0)
+            except ProcessLookupError:
+                os._exit(4)
+            except PermissionError:
+                pass
+
+    threading.Thread(target=watch, daemon=True, name="dybw-parent-watch").start()
 
 
 def run_rank(comm, job_dir: Path) -> int:
@@ -57,6 +80,7 @@ def run_rank(comm, job_dir: Path) -> int:
     from ..engine import Diverged
 
     spec = json.loads((job_dir / ".mpi" / "job.json").read_text())
+    _exit_with_parent(spec.get("parent"))
     cfg = load(spec["config"])
     graph = validate(cfg)
     try:

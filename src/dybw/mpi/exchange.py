@@ -8,6 +8,7 @@ upper-case non-blocking mpi4py calls (no pickling), tagged by the iteration.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,11 +46,24 @@ class ExchangePlan:
         return cls(rank, mine, send_rows, recv_workers, columns.astype(np.int64))
 
 
+def wait_all(requests, on_wait=None, poll_seconds: float = 1e-4) -> None:
+    """``MPI_Waitall`` that calls ``on_wait`` while it waits (a blocked rank still shows it is alive)."""
+    from mpi4py import MPI
+
+    if on_wait is None:
+        MPI.Request.Waitall(requests)
+        return
+    while not MPI.Request.Testall(requests):
+        on_wait()
+        time.sleep(poll_seconds)
+
+
 class NeighbourExchange:
     """Posts the receives and sends of one iteration and returns the stacked known rows."""
 
-    def __init__(self, comm, plan: ExchangePlan, num_params: int):
+    def __init__(self, comm, plan: ExchangePlan, num_params: int, on_wait=None):
         self.comm = comm
+        self.on_wait = on_wait  # called while blocked on peers (the heartbeat)
         self.plan = plan
         self.peers = sorted(plan.recv_workers)
         self.recv = {p: np.empty((len(plan.recv_workers[p]), num_params), np.float32) for p in self.peers}
@@ -64,5 +78,5 @@ class NeighbourExchange:
         for peer, buffer in self.send.items():
             np.take(rows, self.plan.send_rows[peer], axis=0, out=buffer)
             requests.append(self.comm.Isend(buffer, dest=peer, tag=tag))
-        MPI.Request.Waitall(requests)
+        wait_all(requests, self.on_wait)
         return np.concatenate([rows, *[self.recv[p] for p in self.peers]]) if self.peers else rows

@@ -25,15 +25,22 @@ class Heartbeat:
         self.rank = rank
         self.interval = interval
         self._last = 0.0
+        self.iteration = -1
         self.beat(-1, force=True)
 
     def beat(self, iteration: int, force: bool = False, finished: bool = False) -> None:
+        self.iteration = iteration
         now = time.time()
         if force or finished or now - self._last >= self.interval:
             self._last = now
             atomic_write_text(self.path, json.dumps({"rank": self.rank, "pid": os.getpid(),
                                                      "host": HOST, "iteration": iteration,
                                                      "time": now, "finished": finished}))
+
+
+    def waiting(self) -> None:
+        """Alive, blocked on a peer: keeps beating so that only a truly stuck rank falls silent."""
+        self.beat(self.iteration)
 
 
 def write_error(job_dir: Path, rank: int, message: str) -> None:

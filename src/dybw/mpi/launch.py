@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import select
 import shutil
 import signal
 import subprocess
@@ -50,7 +52,7 @@ def launch_command(cfg, job_dir: Path) -> list[str]:
 
 
 class _Forwarder(threading.Thread):
-    """Copies the world's stderr to ours (progress bars) and keeps its tail for error messages."""
+    """Copies the world's output to our stderr (progress bars) and keeps its tail for error messages."""
 
     def __init__(self, stream):
         super().__init__(daemon=True)
@@ -64,6 +66,38 @@ class _Forwarder(threading.Thread):
             self.tail = (self.tail + chunk)[-8192:]
 
 
+class _DeathWatch(threading.Thread):
+    """Records the order in which this host's ranks exit, through pidfds (woken by the kernel at once).
+
+    MPICH kills every other rank right after one dies and then reports one of them, not always the
+    first; the rank that exited first is the one to name.
+    """
+
+    def __init__(self, job_dir: Path, ranks: int):
+        super().__init__(daemon=True)
+        self.job_dir, self.ranks = job_dir, ranks
+        self.order: list[int] = []  # ranks in the order they exited
+        self.finished = threading.Event()
+
+    def run(self):
+        poller, rank_of = select.poll(), {}
+        while not self.finished.is_set():
+            if len(rank_of) < self.ranks:
+                for rank, beat in read_heartbeats(self.job_dir).items():
+                    if beat["host"] == HOST and rank not in rank_of.values():
+                        try:
+                            fd = os.pidfd_open(beat["pid"])
+                        except (OSError, AttributeError):
+                            rank_of[-1 - rank] = rank  # gone already or no pidfd: not watched
+                            continue
+                        rank_of[fd] = rank
+                        poller.register(fd, select.POLLIN)
+            for fd, _ in poller.poll(50):
+                self.order.append(rank_of[fd])
+                poller.unregister(fd)
+                os.close(fd)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -74,33 +108,110 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _kill_group(process: subprocess.Popen) -> None:
-    """SIGTERM then SIGKILL the launcher's whole process group (mpiexec, proxies and ranks)."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (MPICH's proxies and ranks run in sessions of their own, so killing
+    the launcher's process group is not enough)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=3)
-        except subprocess.TimeoutExpired:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
             continue
+    found, frontier = [], [pid]
+    while frontier:
+        below = children.get(frontier.pop(), [])
+        found.extend(below)
+        frontier.extend(below)
+    return found
 
 
-def _kill_ranks(job_dir: Path) -> None:
-    """Ranks that a launcher started in another process group (same host only)."""
-    for beat in read_heartbeats(job_dir).values():
-        if _alive(beat["pid"]):
-            try:
-                os.kill(beat["pid"], signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+def _kill_world(process: subprocess.Popen, job_dir: Path) -> None:
+    """SIGKILL the launcher, everything it started and every rank that reported a pid on this host."""
+    victims = _descendants(process.pid)
+    victims += [b["pid"] for b in read_heartbeats(job_dir).values() if b["host"] == HOST]
+    for pid in [process.pid, *victims]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
 
 
-def watch(process: subprocess.Popen, job_dir: Path, ranks: int, timeout_s: float) -> str | None:
+def _silent_rank(beats: dict, ranks: int, started: float, timeout_s: float, startup_timeout_s: float) -> str | None:
+    """The rank silent for too long, if any.
+
+    Until some rank iterates, everyone is still importing TensorFlow, loading data or compiling, which
+    takes a while on a loaded machine: ``startup_timeout_s`` applies.  Once one iterates, all have
+    started (the first exchange needs them), and ``timeout_s`` applies to every rank.  Ranks blocked on a
+    peer keep beating (:meth:`Heartbeat.waiting`), so the silent one is the stuck one.
+    """
+    now = time.time()
+    started_iterating = any(b["iteration"] >= 1 for b in beats.values())
+    limit = timeout_s if started_iterating else max(timeout_s, startup_timeout_s)
+    for rank in range(ranks):
+        beat = beats.get(rank)
+        if beat is not None and beat.get("finished"):
+            continue
+        silence = now - (beat["time"] if beat is not None else started)
+        if silence > limit:
+            where = f"at iteration {beat['iteration']}" if beat is not None and beat["iteration"] >= 0 \
+                else "while starting"
+            name = "runner.timeout_s" if started_iterating else "runner.startup_timeout_s"
+            return f"rank {rank} sent no heartbeat for {silence:.0f} s ({where}); stopped after {name}={limit:g}"
+    return None
+
+
+def _reported_rank(output: str, beats: dict) -> int | None:
+    """The rank the MPI launcher blames: MPICH prints ``PID <pid> RUNNING AT <host>`` for a bad
+    termination, Open MPI ``rank <r> with PID <pid>``."""
+    by_pid = {b["pid"]: r for r, b in beats.items()}
+    for match in re.finditer(r"rank (\d+) with PID", output):
+        return int(match.group(1))
+    for match in re.finditer(r"PID (\d+) RUNNING AT", output):
+        if int(match.group(1)) in by_pid:
+            return by_pid[int(match.group(1))]
+    return None
+
+
+def _dead_rank(process: subprocess.Popen, beats: dict, output, exits: list[int]) -> str | None:
+    """One line naming the rank that died first, when a rank on this host has vanished."""
+    dead = [r for r, b in beats.items() if b["host"] == HOST and not b.get("finished") and not _alive(b["pid"])]
+    if not dead:
+        return None
+    first = next((r for r in exits if r in beats and not beats[r].get("finished")), None)
+    if first is not None:
+        beat = beats[first]
+        return f"rank {first} (pid {beat['pid']}) died during iteration {beat['iteration'] + 1}"
+    try:  # the launcher reports who terminated badly; give it a moment to say so
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+    time.sleep(0.2)
+    rank = _reported_rank(output(), beats)
+    if rank is None:
+        rank = min(dead, key=lambda r: beats[r]["time"])  # the others kept beating while waiting for it
+    beat = beats[rank]
+    return f"rank {rank} (pid {beat['pid']}) died during iteration {beat['iteration'] + 1}"
+
+
+def watch(process: subprocess.Popen, job_dir: Path, ranks: int, timeout_s: float,
+          startup_timeout_s: float, output=lambda: "") -> str | None:
     """Wait for the world to end; returns None on success, else one line naming the failed rank."""
     started = time.time()
-    pids: dict[int, int] = {}
+    failure = None
+    exits = _DeathWatch(job_dir, ranks)
+    exits.start()
+    try:
+        return _watch(process, job_dir, ranks, timeout_s, startup_timeout_s, output, started, exits.order)
+    finally:
+        exits.finished.set()
+
+
+def _watch(process, job_dir, ranks, timeout_s, startup_timeout_s, output, started, exits) -> str | None:
     failure = None
     while process.poll() is None:
         time.sleep(POLL_SECONDS)
@@ -110,28 +221,16 @@ def watch(process: subprocess.Popen, job_dir: Path, ranks: int, timeout_s: float
             failure = f"rank {rank} failed: {errors[rank]}"
             break
         beats = read_heartbeats(job_dir)
-        for rank, beat in beats.items():
-            pids.setdefault(rank, beat["pid"])
-            if beat["host"] == HOST and not beat.get("finished") and not _alive(beat["pid"]) \
-                    and process.poll() is None:
-                failure = f"rank {rank} (pid {beat['pid']}) died during iteration {beat['iteration'] + 1}"
-                break
+        failure = _dead_rank(process, beats, output, exits) or _silent_rank(beats, ranks, started, timeout_s,
+                                                                      startup_timeout_s)
         if failure:
-            break
-        now = time.time()
-        stale = {r: now - beats[r]["time"] if r in beats else now - started
-                 for r in range(ranks) if not beats.get(r, {}).get("finished")}
-        if not stale:
-            continue
-        rank, silence = max(stale.items(), key=lambda item: item[1])
-        if silence > timeout_s:
-            where = f"at iteration {beats[rank]['iteration']}" if rank in beats else "before starting"
-            failure = (f"rank {rank} sent no heartbeat for {silence:.0f} s ({where}); "
-                       f"stopped after runner.timeout_s={timeout_s:g}")
             break
     if failure is None and process.returncode != 0:
         errors = read_errors(job_dir)
+        beats = read_heartbeats(job_dir)
+        rank = _reported_rank(output(), beats)
         failure = (f"rank {min(errors)} failed: {errors[min(errors)]}" if errors
+                   else f"rank {rank} (pid {beats[rank]['pid']}) terminated badly" if rank is not None
                    else f"the MPI launcher exited with code {process.returncode}")
     return failure
 
@@ -144,23 +243,27 @@ def launch_job(cfg, job_dir: Path, plain: dict, digest: str) -> dict:
     folder = mpi_dir(job_dir)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    atomic_write_json(folder / "job.json", {"config": plain, "digest": digest})
+    # parent: the ranks watch this process and exit if it dies (even by SIGKILL), so none is orphaned
+    atomic_write_json(folder / "job.json", {"config": plain, "digest": digest, "parent": {"pid": os.getpid(),
+                                                                                        "host": HOST}})
     (job_dir / "summary.json").unlink(missing_ok=True)
     command = launch_command(cfg, job_dir)
     ranks = resolve_ranks(cfg)
     started = time.perf_counter()
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    forwarder = _Forwarder(process.stderr)
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    forwarder = _Forwarder(process.stdout)
     forwarder.start()
     failure = None
     try:
-        failure = watch(process, job_dir, ranks, cfg.runner.timeout_s)
+        failure = watch(process, job_dir, ranks, cfg.runner.timeout_s, cfg.runner.startup_timeout_s,
+                        lambda: forwarder.tail.decode(errors="replace"))
     except KeyboardInterrupt:
         failure = "interrupted by the user (SIGINT)"
         raise
     finally:
-        _kill_group(process)
-        _kill_ranks(job_dir)
+        if process.poll() is None or failure:
+            _kill_world(process, job_dir)
         forwarder.join(timeout=2)
         if failure:
             summary = _read(job_dir)

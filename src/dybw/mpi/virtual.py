@@ -17,16 +17,16 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine import LocalEngine
-from .exchange import ExchangePlan, NeighbourExchange, worker_groups
+from .exchange import ExchangePlan, NeighbourExchange, wait_all, worker_groups
 
 
 class MpiVirtualEngine(LocalEngine):
-    def __init__(self, comm, cfg, graph, dataset, network, on_iteration=None):
+    def __init__(self, comm, cfg, graph, dataset, network, on_iteration=None, on_wait=None):
         self.comm = comm
         self.groups = worker_groups(cfg.num_workers, comm.size)
         self.plan = ExchangePlan.build(graph.adjacency, self.groups, comm.rank)
         super().__init__(cfg, graph, dataset, network, workers=self.plan.mine)
-        self.exchange = NeighbourExchange(comm, self.plan, network.num_params)
+        self.exchange = NeighbourExchange(comm, self.plan, network.num_params, on_wait)
         self.on_iteration = on_iteration  # heartbeat and fault injection (mpi/__main__.py)
         self._counts = np.array([len(g) * network.num_params for g in self.groups])
         self._iteration = 0
@@ -55,7 +55,7 @@ class MpiVirtualEngine(LocalEngine):
 
         local = super()._first_non_finite(losses)
         first = np.array([self.cfg.num_workers if local is None else local], dtype=np.int64)
-        self.comm.Allreduce(MPI.IN_PLACE, first, op=MPI.MIN)
+        wait_all([self.comm.Iallreduce(MPI.IN_PLACE, first, op=MPI.MIN)], self.exchange.on_wait)
         return None if first[0] == self.cfg.num_workers else int(first[0])
 
     def gather_params(self) -> np.ndarray | None:
@@ -64,9 +64,10 @@ class MpiVirtualEngine(LocalEngine):
         if self.comm.rank == 0:
             full = np.empty((self.cfg.num_workers, mine.shape[1]), np.float32)
             displacements = np.concatenate([[0], np.cumsum(self._counts)[:-1]])
-            self.comm.Gatherv(mine, [full, self._counts, displacements, _float32()], root=0)
+            request = self.comm.Igatherv(mine, [full, self._counts, displacements, _float32()], root=0)
+            wait_all([request], self.exchange.on_wait)
             return full
-        self.comm.Gatherv(mine, None, root=0)
+        wait_all([self.comm.Igatherv(mine, None, root=0)], self.exchange.on_wait)
         return None
 
     def _evaluate(self):

@@ -35,7 +35,7 @@ POLL_SECONDS = 0.0002
 
 
 class WallClockEngine(LocalEngine):
-    def __init__(self, comm, cfg, graph, dataset, network, on_iteration=None):
+    def __init__(self, comm, cfg, graph, dataset, network, on_iteration=None, on_wait=None):
         if comm.size != cfg.num_workers:
             raise ValueError(f"the wall clock runs one worker per rank: {cfg.num_workers} workers need "
                              f"{cfg.num_workers} ranks, not {comm.size}")
@@ -43,6 +43,7 @@ class WallClockEngine(LocalEngine):
         super().__init__(cfg, graph, dataset, network, workers=[comm.rank])
         self.graph = graph
         self.on_iteration = on_iteration
+        self.on_wait = on_wait
         self.neighbors = [int(i) for i in graph.neighbors[self.me]]
         self.degree = len(self.neighbors)
         policy = self.schedule.protocol.policy
@@ -89,6 +90,8 @@ class WallClockEngine(LocalEngine):
             self._sending.append((self.comm.Isend(payload, dest=dst, tag=DATA_TAG), payload))
         if self._sending:
             self._sending = [(r, p) for r, p in self._sending if not r.Test()]
+        if self.on_wait is not None:
+            self.on_wait()
         status = MPI.Status()
         for neighbor, request in list(self._receives.items()):
             if request is None or not request.Test(status):
@@ -152,6 +155,8 @@ class WallClockEngine(LocalEngine):
         x = self.trainer.params.numpy()[0]
         first_bad = None
         started = time.perf_counter()
+        # Compile the local step before the clock starts: XLA's first call takes seconds, not C_j(k).
+        self.trainer.adapt(tf.constant(x[None]), tf.constant(batches[0][None]), lrs[0])
         for neighbor in self.neighbors:
             self._post(neighbor)
         self.comm.Barrier()

@@ -1,0 +1,166 @@
+"""``python -m dybw.figures``: run what the experiment specs need, then draw every figure and the table.
+
+    python -m dybw.figures                       # make figures: every spec, full size
+    python -m dybw.figures --quick               # make figures-quick: tiny sizes, same code path
+    python -m dybw.figures --only speedup        # one spec (and the specs it takes jobs from)
+    python -m dybw.figures --list                # the specs and how many jobs each needs
+
+Completed jobs (same config hash) are reused, never rerun; a second call with nothing new only redraws.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+PROJECT = Path(__file__).resolve().parents[3]
+TABLE = "reproduction"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m dybw.figures", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (synthetic data, few iterations), own results")
+    parser.add_argument("--only", default="", help="comma-separated spec names (default: all)")
+    parser.add_argument("--results", type=Path, default=Path("results"), help="results root (default ./results)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output directory (default ./paper_figures, or ./results/quick_figures with --quick)")
+    parser.add_argument("--experiments", type=Path, default=PROJECT / "experiments", help="the specs")
+    parser.add_argument("--conf", type=Path, default=PROJECT / "conf", help="the Hydra config tree")
+    parser.add_argument("--no-run", action="store_true", help="draw from existing results only; run nothing")
+    parser.add_argument("--list", action="store_true", help="list the specs and their jobs, then exit")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    started = time.perf_counter()
+    from ..errors import DybwError
+    from . import specs as specs_mod
+
+    out = args.out or (Path("results") / "quick_figures" if args.quick else Path("paper_figures"))
+    results = args.results
+    try:
+        specs = specs_mod.load_specs(args.experiments)
+        selected = [s.strip() for s in args.only.split(",") if s.strip()] or list(specs)
+        unknown = [s for s in selected if s not in specs]
+        if unknown:
+            raise DybwError(f"--only {','.join(unknown)}: no such spec; known: {', '.join(specs)}")
+        composer = specs_mod.Composer(args.conf)
+        per_spec = {name: specs_mod.all_jobs(specs[name], specs, composer, args.quick) for name in selected}
+        needed = specs_mod.unique([j for jobs in per_spec.values() for j in jobs])
+        _validate(needed)
+    except DybwError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"{len(selected)} spec(s), {len(needed)} distinct jobs ({'quick' if args.quick else 'full'}); "
+          f"results in {results}/, figures in {out}/ (prepared in {time.perf_counter() - started:.1f} s)", flush=True)
+    if args.list:
+        for name in selected:
+            own = [j for j in needed if j.spec == name]
+            print(f"  {name:22s} {specs[name].figure:12s} {len(own):4d} own jobs, {len(per_spec[name]):4d} used  "
+                  f"{specs[name].title}")
+        return 0
+
+    failed = 0
+    if not args.no_run:
+        owners = list(dict.fromkeys(j.spec for j in needed))
+        # clock-only specs first (seconds), then training
+        owners.sort(key=lambda name: (any(j.kind == "train" for j in needed if j.spec == name), name))
+        for name in owners:
+            from .runner import run_jobs
+
+            counts = run_jobs(name, [j for j in needed if j.spec == name], results)
+            failed += counts["failed"]
+    run_seconds = time.perf_counter() - started
+
+    from . import plots, report, style
+
+    style.setup()
+    drawn, failed_figures = [], []
+    command = "make figures-quick" if args.quick else "make figures"
+    for name in selected:
+        spec = specs[name]
+        ctx = plots.Context(spec, per_spec[name], results, out, args.quick, command, Path(args.conf))
+        t0 = time.perf_counter()
+        if spec.figure == TABLE:
+            files = report.write(ctx, specs, args.quick,
+                                 f"`{command}` (`python -m dybw.figures{' --quick' if args.quick else ''}`)")
+            print(f"[{name}] wrote {', '.join(str(f) for f in files)} ({time.perf_counter() - t0:.1f} s)", flush=True)
+            continue
+        if spec.figure not in plots.FIGURES:
+            print(f"error: {spec.path}: figure '{spec.figure}' is unknown; known: {', '.join(plots.FIGURES)}, {TABLE}",
+                  file=sys.stderr)
+            return 2
+        try:
+            result = plots.FIGURES[spec.figure](ctx)
+        except Exception as error:  # noqa: BLE001 - one broken figure must not hide the others
+            import traceback
+
+            failed_figures.append(name)
+            traceback.print_exc()
+            print(f"[{name}] FAILED to draw: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+            continue
+        drawn.append((spec, result))
+        print(f"[{name}] drew {', '.join(str(f) for f in result.files)} ({time.perf_counter() - t0:.1f} s)", flush=True)
+    _write_index(out, specs, drawn, args.quick)
+    total = time.perf_counter() - started
+    print(f"done in {total:.0f} s (jobs {run_seconds:.0f} s, drawing {total - run_seconds:.0f} s)"
+          + (f"; {failed} job(s) FAILED (see their summary.json)" if failed else "")
+          + (f"; figures FAILED: {', '.join(failed_figures)}" if failed_figures else ""), flush=True)
+    return 1 if failed or failed_figures else 0
+
+
+def _validate(jobs) -> None:
+    """Every job's config is checked before anything runs (one line naming the job on error)."""
+    import warnings
+
+    from ..config import load, validate
+    from ..errors import DybwError
+
+    for job in jobs:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                validate(load(job.plain))
+        except DybwError as error:
+            raise DybwError(f"spec {job.spec}, job {job.relative_dir}: {error}") from None
+
+
+def _write_index(out: Path, specs, drawn, quick: bool) -> None:
+    """``figures.json`` (title, caption, source of every figure drawn so far) and ``README.md`` from it."""
+    from ..results import atomic_write_text
+
+    out.mkdir(parents=True, exist_ok=True)
+    index_path = out / "figures.json"
+    try:
+        index = json.loads(index_path.read_text())
+    except (OSError, ValueError):
+        index = {}
+    for spec, result in drawn:
+        index[spec.name] = {"title": result.title, "caption": result.caption, "source": result.source,
+                            "why": spec.why, "spec": f"experiments/{spec.path.name}"}
+    index = {k: index[k] for k in specs if k in index}
+    atomic_write_text(index_path, json.dumps(index, indent=2) + "\n")
+    lines = ["# Paper figures", "",
+             f"Generated by `{'make figures-quick' if quick else 'make figures'}` (`python -m dybw.figures"
+             f"{' --quick' if quick else ''}`) from the experiment specs in `experiments/`; do not edit. "
+             "Each figure is a PNG and a PDF; [REPRODUCTION.md](REPRODUCTION.md) checks the paper's claims "
+             "C1-C6 against them. *Source* says whether a figure comes from training runs or from the virtual "
+             "clock alone (the clock never depends on the model, so timing-only figures simulate it without "
+             "training).", ""]
+    for name, entry in index.items():
+        lines += [f"## {entry['title']}", "", f"![{name}]({name}.png)", "",
+                  f"[{name}.pdf]({name}.pdf) · spec `{entry['spec']}` · source: {entry['source']} · "
+                  f"{entry['why']}", "", entry["caption"], ""]
+    atomic_write_text(out / "README.md", "\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

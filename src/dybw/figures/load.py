@@ -1,0 +1,127 @@
+"""Read jobs' results files (DESIGN.md §6) into data frames, one row per job / evaluation / iteration.
+
+Every frame carries the job's identifying values: ``spec``, ``sweep``, ``variant``, the swept keys, and
+from its composed config ``algo``, ``b``, ``label`` (e.g. ``cb-Static (b=1)``), ``dataset``, ``split``,
+``num_workers``, ``eta0``, ``seed``.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..results import read_summary
+from .specs import Job
+
+ALGO_NAMES = {"cb_full": "cb-Full", "cb_static": "cb-Static", "cb_dybw": "cb-DyBW"}
+
+
+def algo_label(plain: dict) -> str:
+    algo = plain["algo"]
+    name = ALGO_NAMES.get(algo["name"], algo["name"])
+    return f"{name} (b={algo['b']})" if algo["name"] == "cb_static" else name
+
+
+def identity(job: Job) -> dict:
+    """The columns that identify a job in every frame."""
+    plain = job.plain
+    values = {
+        "spec": job.spec,
+        "kind": job.kind,
+        "job": str(job.relative_dir),
+        "algo": plain["algo"]["name"],
+        "b": plain["algo"].get("b") if plain["algo"]["name"] == "cb_static" else np.nan,
+        "label": algo_label(plain),
+        "dataset": plain["dataset"]["name"],
+        "split": plain["dataset"]["split"],
+        "num_workers": plain["num_workers"],
+        "eta0": plain["algo"]["eta0"],
+        "seed": plain["seed"],
+        "experiment": job.experiment,
+    }
+    values.update(job.params)  # variant, sweep and the swept keys (e.g. "algo.eta0")
+    return values
+
+
+def summaries(jobs: list[Job], results: Path) -> pd.DataFrame:
+    """One row per job that has a ``summary.json``: identity + summary fields + ``job_dir``."""
+    rows = []
+    for job in jobs:
+        summary = read_summary(job.job_dir(results))
+        if summary is None:
+            continue
+        row = identity(job)
+        row.update({f"s_{k}" if k in row else k: v for k, v in summary.items()})
+        row["job_dir"] = str(job.job_dir(results))
+        row["current"] = summary.get("config_hash") == job.digest
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    for column in ("mean_iteration_duration", "final_test_accuracy", "final_train_loss", "time_to_target",
+                   "iterations_to_target", "mean_backups", "total_time"):
+        if column in frame:
+            frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    return frame
+
+
+@lru_cache(maxsize=512)
+def _read_csv(path: str, mtime: float) -> pd.DataFrame:
+    return pd.read_csv(path)
+
+
+@lru_cache(maxsize=256)
+def _read_parquet(path: str, mtime: float) -> pd.DataFrame:
+    return pd.read_parquet(path)
+
+
+def _cached(reader, path: Path) -> pd.DataFrame | None:
+    try:
+        return reader(str(path), path.stat().st_mtime).copy()
+    except (OSError, ValueError):
+        return None
+
+
+def metrics(jobs: list[Job], results: Path) -> pd.DataFrame:
+    """All evaluations of the jobs (``metrics.csv``), with identity columns."""
+    frames = []
+    for job in jobs:
+        frame = _cached(_read_csv, job.job_dir(results) / "metrics.csv")
+        if frame is None or frame.empty:
+            continue
+        for key, value in identity(job).items():
+            frame[key] = value
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def timeline(job: Job, results: Path) -> pd.DataFrame | None:
+    """The job's ``timeline.parquet`` (one row per worker per iteration)."""
+    return _cached(_read_parquet, job.job_dir(results) / "timeline.parquet")
+
+
+def usage(job: Job, results: Path) -> pd.DataFrame | None:
+    """A clock job's ``usage.parquet`` (per directed link, the share of iterations its message was used)."""
+    return _cached(_read_parquet, job.job_dir(results) / "usage.parquet")
+
+
+def durations(frame: pd.DataFrame) -> np.ndarray:
+    """``T(k) = E(k) - E(k-1)`` from a timeline, with ``E(k) = max_j finish_j(k)`` and ``E(-1) = 0``."""
+    end = frame.groupby("iteration")["finish"].max().sort_index().to_numpy()
+    return np.diff(np.concatenate([[0.0], end]))
+
+
+def backups_matrix(frame: pd.DataFrame, column: str = "backups") -> np.ndarray:
+    """``[K, N]`` array of a per-worker column (iteration-major)."""
+    return frame.pivot(index="iteration", columns="worker", values=column).sort_index().to_numpy()
+
+
+def topology(job: Job, results: Path) -> dict | None:
+    try:
+        return json.loads((job.job_dir(results) / "topology.json").read_text())
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,162 @@
+"""One look for every figure: colours per algorithm, legend on top, caption underneath, PNG + PDF."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+ORDER = ["cb-Full", "cb-Static (b=1)", "cb-Static (b=2)", "cb-DyBW"]
+COLORS = {
+    "cb-Full": "#0173B2",
+    "cb-Static (b=1)": "#DE8F05",
+    "cb-Static (b=2)": "#029E73",
+    "cb-DyBW": "#D55E00",
+}
+EXTRA = ["#CC78BC", "#CA9161", "#949494", "#56B4E9", "#ECE133", "#FBAFE4"]
+DASHES = {"iid": "-", "shards": "--", "dirichlet": ":"}
+
+
+def setup() -> None:
+    sns.set_theme(context="paper", style="whitegrid", font_scale=1.15,
+                  rc={"axes.titleweight": "bold", "axes.titlesize": 11, "legend.frameon": False,
+                      "savefig.dpi": 150, "figure.dpi": 100, "pdf.fonttype": 42})
+
+
+def color(label: str, index: int = 0) -> str:
+    return COLORS.get(label, EXTRA[index % len(EXTRA)])
+
+
+def ordered(labels) -> list[str]:
+    labels = list(dict.fromkeys(labels))
+    return sorted(labels, key=lambda l: (ORDER.index(l) if l in ORDER else len(ORDER), str(l)))
+
+
+def palette(labels) -> dict[str, str]:
+    extra = [l for l in ordered(labels) if l not in COLORS]
+    return {l: color(l, extra.index(l) if l in extra else 0) for l in ordered(labels)}
+
+
+def figure(ncols: int, nrows: int = 1, width: float = 4.0, height: float = 3.2, **kwargs):
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), layout="constrained",
+                             squeeze=False, **kwargs)
+    return fig, axes
+
+
+def plain_log_ticks(ax, axis: str = "y") -> None:
+    """Readable labels on a log axis, as plain numbers: ticks at 1, 2, 5 x 10^k (more within two decades or less)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    low, high = ax.get_ylim() if axis == "y" else ax.get_xlim()
+    span = high / max(low, 1e-12)
+    subs = (1.0, 1.5, 2.0, 3.0, 5.0, 7.0) if span < 12 else (1.0, 2.0, 3.0, 5.0) if span < 120 else (1.0, 2.0, 5.0)
+    target.set_major_locator(LogLocator(base=10, subs=subs))
+    target.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    target.set_minor_formatter(NullFormatter())
+
+
+def panel_letters(axes) -> None:
+    """Titles as ``(a) ...`` on the left of each panel."""
+    for i, ax in enumerate(axes.flat):
+        title = ax.get_title()
+        ax.set_title("")
+        ax.set_title(f"({chr(97 + i)}) {title}", loc="left")
+
+
+def top_legend(fig, handles, labels, ncol: int | None = None) -> None:
+    """The single legend of a figure: centred above the panels (the title goes above it in :func:`finish`)."""
+    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=ncol or len(labels),
+               frameon=False, bbox_transform=fig.transFigure)
+
+
+def finish(fig, out: Path, name: str, title: str, caption: str) -> list[Path]:
+    """Title above the legend, wrapped caption underneath, then ``<name>.png`` and ``<name>.pdf`` in ``out``."""
+    renderer = fig.canvas.get_renderer()  # the legend's size does not depend on the layout: no draw needed
+    top = 1.0
+    for legend in fig.legends:
+        top = max(top, 1.0 + legend.get_window_extent(renderer).height / fig.bbox.height)
+    fig.suptitle(title, fontweight="bold", fontsize=13, y=top + 0.01, va="bottom")
+    width_chars = int(fig.get_figwidth() * 15.5)
+    fig.text(0.005, -0.01, textwrap.fill(caption, width_chars), ha="left", va="top", fontsize=8.5)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for suffix in ("png", "pdf"):
+        path = out / f"{name}.{suffix}"
+        fig.savefig(path, bbox_inches="tight", pad_inches=0.15)
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
+# --- setup text for captions, from a composed config -----------------------------------------------------
+
+def _ms(seconds: float) -> str:
+    return f"{1000 * seconds:g} ms"
+
+
+def describe_delay(spec: dict) -> str:
+    """``"2 ms + Exp(mean 30 ms)"`` and friends, from a straggler.compute / straggler.link config."""
+    dist, shift, scale = spec.get("dist", "constant"), spec.get("shift", 0.0), spec.get("scale", 0.0)
+    if dist == "constant":
+        text = _ms(shift)
+    elif dist == "shifted_exp":
+        text = f"{_ms(shift)} + Exp(mean {_ms(scale)})"
+    elif dist == "pareto":
+        text = f"{_ms(shift)} + Pareto(x_m {_ms(scale)}, alpha {spec.get('alpha', 2.0):g})"
+    elif dist == "lognormal":
+        text = f"{_ms(shift)} + LogNormal(median {_ms(scale)}, sigma {spec.get('sigma', 0.5):g})"
+    elif dist == "uniform":
+        text = f"U[{_ms(shift)}, {_ms(shift + scale)}]"
+    else:
+        text = f"trace {spec.get('path', '')}"
+    if spec.get("slow_prob", 0):
+        text += f", x{spec.get('slow_factor', 1):g} w.p. {spec['slow_prob']:g}"
+    if spec.get("persistent_ids") or spec.get("persistent_fraction", 0):
+        who = (f"workers {spec['persistent_ids']}" if spec.get("persistent_ids")
+               else f"{spec['persistent_fraction']:.0%} of links")
+        text += f", x{spec.get('persistent_factor', 1):g} for {who}"
+    return text
+
+
+def describe_graph(plain: dict, topology: dict | None) -> str:
+    topo = plain["topology"]
+    name = {"erdos_renyi": f"Erdos-Renyi graph (p={topo.get('p')})", "random_regular": f"random {topo.get('d')}-regular graph"}
+    text = name.get(topo["name"], f"{topo['name']} graph")
+    if topology and topology.get("degrees"):
+        text += f", degrees {min(topology['degrees'])}-{max(topology['degrees'])}"
+    return text
+
+
+def describe_training(plain: dict, step: bool = True) -> str:
+    data, model, algo = plain["dataset"], plain["model"], plain["algo"]
+    features = f"PCA-{data['pca_dim']}" if data.get("pca_dim") else f"{data.get('input_dim', '')}-d"
+    model_text = "logistic regression" if model["name"] == "logreg" else f"MLP {model['hidden']}"
+    split = {"iid": "i.i.d. split", "shards": f"label shards ({data['shards_per_worker']} per worker)",
+             "dirichlet": f"Dirichlet(alpha={data['dirichlet_alpha']}) split"}[data["split"]]
+    step_text = f"step {algo['eta0']:g}" + ("" if algo["delta"] == 1 else f" x {algo['delta']:g}^k")
+    name = {"mnist": "MNIST", "cifar10": "CIFAR-10", "synthetic": "synthetic Gaussian mixture"}[data["name"]]
+    return (f"{name} ({features}, {split}), {model_text}, batch {data['batch_size']} per worker, "
+            + (f"{step_text}, " if step else "") + f"{plain['iterations']} iterations")
+
+
+def describe_clock(plain: dict, topology: dict | None = None) -> str:
+    s = plain["straggler"]
+    return (f"N={plain['num_workers']} workers on an {describe_graph(plain, topology)}; delays '{s['name']}': "
+            f"compute {describe_delay(s['compute'])}, links {describe_delay(s['link'])}; "
+            f"{plain['protocol']['sync']}, {plain['algo']['update'].upper()}")
+
+
+def seeds_text(seeds) -> str:
+    seeds = sorted(set(int(s) for s in seeds))
+    if not seeds:
+        return "no seeds"
+    if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2:
+        return f"{len(seeds)} seeds ({seeds[0]}-{seeds[-1]})"
+    return f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''} ({', '.join(map(str, seeds))})"

@@ -1,0 +1,168 @@
+"""The figure pipeline (``make figures-quick``) end to end in a temporary directory.
+
+One quick run (tiny synthetic jobs, the same code path as ``make figures``) produces every figure and
+REPRODUCTION.md; its numbers are recomputed here from the summary.json files; a second run reuses every
+job (summary.json untouched).  Also: the jobs are named and hashed exactly as ``run.py`` names them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIGURES = ["backups", "convergence_cifar10", "convergence_mnist", "durations", "noniid", "ratio", "speedup", "static_b"]
+CLAIMS = ["C1", "C2", "C3", "C4", "C5", "C6"]
+VERDICTS = ("reproduced", "partly", "not")
+
+
+def _figures(*args: str, timeout: float = 400) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dybw.figures", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    root = tmp_path_factory.mktemp("figures")
+    results, out = root / "results", root / "out"
+    started = time.perf_counter()
+    proc = _figures("--quick", "--results", str(results), "--out", str(out))
+    elapsed = time.perf_counter() - started
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {"results": results, "out": out, "stdout": proc.stdout, "seconds": elapsed}
+
+
+def _table_rows(text: str) -> dict[str, list[str]]:
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells and cells[0] in CLAIMS:
+            rows[cells[0]] = cells
+    return rows
+
+
+def test_every_figure_and_the_table_are_written(quick):
+    out = quick["out"]
+    for name in FIGURES:
+        for suffix in ("png", "pdf"):
+            path = out / f"{name}.{suffix}"
+            assert path.is_file() and path.stat().st_size > 5000, path
+    for name in ("REPRODUCTION.md", "reproduction.json", "README.md", "figures.json"):
+        assert (out / name).is_file(), name
+    index = json.loads((out / "figures.json").read_text())
+    assert sorted(index) == FIGURES
+    assert all(entry["caption"] and entry["source"] for entry in index.values())
+    readme = (out / "README.md").read_text()
+    assert all(f"({name}.png)" in readme for name in FIGURES)
+
+
+def test_quick_results_stay_apart_from_full_results(quick):
+    experiments = {p.name for p in quick["results"].iterdir()}
+    assert experiments and all(name.startswith("quick_") for name in experiments), experiments
+
+
+def test_reproduction_has_a_row_per_claim_with_a_verdict(quick):
+    text = (quick["out"] / "REPRODUCTION.md").read_text()
+    rows = _table_rows(text)
+    assert sorted(rows) == CLAIMS
+    data = json.loads((quick["out"] / "reproduction.json").read_text())
+    for claim, cells in rows.items():
+        verdict = cells[-1].strip("*")
+        assert verdict in VERDICTS, cells
+        assert verdict == data[claim]["verdict"]
+        assert re.search(r"\d", cells[3]), f"{claim} has no number: {cells[3]}"
+        assert f"## {claim}:" in text
+
+
+def _summaries(results: Path, experiment: str, exclude: str = "") -> list[dict]:
+    paths = sorted((results / experiment).glob("*/summary.json"))
+    return [json.loads(p.read_text()) for p in paths if not (exclude and exclude in p.parent.name)]
+
+
+def _pm(values: list[float], digits: int, scale: float = 1.0) -> str:
+    text = f"{statistics.mean(values) * scale:.{digits}f}"
+    return text + (f" ± {statistics.stdev(values) * scale:.{digits}f}" if len(values) > 1 else "")
+
+
+def test_reproduction_numbers_match_the_results_files(quick):
+    """C2, C3 and C5 recomputed here from the summary.json files of the quick MNIST convergence runs."""
+    results, text = quick["results"], (quick["out"] / "REPRODUCTION.md").read_text()
+    runs = _summaries(results, "quick_paper_mnist", exclude="dataset.split=shards")  # the i.i.d. runs
+    by = {(s["algo"], s["seed"]): s for s in runs if s["algo"] in ("cb_full", "cb_dybw")}
+    assert len(by) == len(runs) - sum(s["algo"] == "cb_static" for s in runs)
+    seeds = sorted({seed for _, seed in by})
+    assert len(seeds) >= 2
+    full = [by[("cb_full", s)] for s in seeds]
+    dybw = [by[("cb_dybw", s)] for s in seeds]
+    rows = _table_rows(text)
+    reduction = [1 - d["mean_iteration_duration"] / f["mean_iteration_duration"] for d, f in zip(dybw, full)]
+    assert f"{_pm(reduction, 1, 100)} %" in rows["C2"][3]
+    accuracy = [d["final_test_accuracy"] - f["final_test_accuracy"] for d, f in zip(dybw, full)]
+    assert f"{_pm(accuracy, 2, 100)} points" in rows["C5"][3]
+    if all(r["iterations_to_target"] for r in full + dybw):
+        ratio = [d["iterations_to_target"] / f["iterations_to_target"] for d, f in zip(dybw, full)]
+        assert f"{_pm(ratio, 2)}x" in rows["C3"][3]
+    data = json.loads((quick["out"] / "reproduction.json").read_text())
+    c2 = next(v for k, v in data["C2"]["values"].items() if "mnist" in k or len(data["C2"]["values"]) == 1)
+    assert c2["mean"] == pytest.approx(statistics.mean(reduction))
+
+
+def test_a_second_run_reuses_every_job(quick):
+    results, out = quick["results"], quick["out"]
+    summaries = sorted(results.glob("*/*/summary.json"))
+    assert len(summaries) > 40
+    before = {p: p.stat().st_mtime_ns for p in summaries}
+    started = time.perf_counter()
+    proc = _figures("--quick", "--results", str(results), "--out", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert {p: p.stat().st_mtime_ns for p in summaries} == before
+    assert " 0 to run" in proc.stdout and not re.search(r" [1-9]\d* to run", proc.stdout), proc.stdout
+    assert time.perf_counter() - started < quick["seconds"]
+
+
+def test_jobs_are_named_and_hashed_as_run_py_names_them(tmp_path):
+    """A job run by ``run.py`` lands where the pipeline looks for it, with the hash it expects."""
+    from dybw.figures import specs
+    from helpers import run_cli
+
+    spec = specs.load_specs(REPO / "experiments")["convergence_mnist"]
+    job = specs.own_jobs(spec, specs.Composer(REPO / "conf"), quick=True)[0]
+    proc = run_cli(job.overrides, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((job.job_dir(tmp_path / "results") / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["config_hash"] == job.digest
+
+
+def test_two_step_composition_matches_hydra():
+    """The sweep composer's configs equal dybw.cli.compose_job's, and its names Hydra's override_dirname."""
+    from hydra import compose, initialize_config_dir
+
+    from dybw.cli import compose_job
+    from dybw.figures import specs
+
+    composer = specs.Composer(REPO / "conf")
+    all_specs = specs.load_specs(REPO / "experiments")
+    jobs = specs.unique([j for s in all_specs.values() for j in specs.all_jobs(s, all_specs, composer, quick=True)])
+    for job in jobs[::7]:
+        assert compose_job(composer.conf_dir, job.overrides) == job.plain, job.overrides
+        with initialize_config_dir(config_dir=str(composer.conf_dir), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=job.overrides, return_hydra_config=True)
+        from dybw.results import job_dirname
+
+        assert job_dirname(cfg.hydra.job.override_dirname) == job.dirname
+
+
+def test_a_bad_spec_is_one_line_error(tmp_path):
+    (tmp_path / "broken.yaml").write_text("title: t\nfigure: convergence\nsweeps:\n  - kind: train\n    bogus: 1\n")
+    proc = _figures("--experiments", str(tmp_path), "--results", str(tmp_path / "r"), "--out", str(tmp_path / "o"),
+                    timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert "bogus" in proc.stderr
