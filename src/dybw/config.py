@@ -127,6 +127,7 @@ class RunConfig:
     data_dir: typing.Optional[str] = None
     experiment_name: str = "adhoc"
     force: bool = False
+    resume: bool = False
     progress: bool = True
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
@@ -354,6 +355,8 @@ def schema_keys(key: str) -> tuple[str, list[str], bool]:
 
 def _validate_runner(cfg: RunConfig) -> None:
     runner = cfg.runner
+    if cfg.resume and runner.name != "local":
+        raise ConfigError("resume", cfg.resume, "resuming from a checkpoint is supported by runner=local only")
     _choice("runner.clock", runner.clock, CLOCKS)
     _choice("runner.fault", runner.fault, FAULTS)
     _at_least("runner.ranks", runner.ranks, 0)

@@ -235,8 +235,35 @@ class LocalEngine:
                    mean_iteration_duration=self.timeline.mean_duration(), mean_backups=self.timeline.mean_backups())
         return row
 
-    def run(self, on_evaluation, on_progress=None) -> RunOutcome:
-        """Train for ``cfg.iterations``; ``on_evaluation(row)`` after each evaluation (and at k=0)."""
+    def checkpoint(self, chunk: ScheduleChunk, t: int) -> dict:
+        """Everything needed to continue after iteration ``chunk.first + t`` exactly as if never stopped.
+
+        The random streams are position-addressed (delays and batches skip to iteration k), so the
+        parameters, the clock's state and the timeline so far are the whole state.
+        """
+        done = chunk.timing.first + t + 1
+        state = {f"timeline_{name}": values[:done] for name, values in self.timeline.columns.items()}
+        state.update({f"clock_{key}": value for key, value in self.schedule.protocol.state_after(chunk.timing, t).items()})
+        state.update(iteration=done, params=self.trainer.params.numpy(), timeline_end=self.timeline.end[:done])
+        return state
+
+    def restore(self, state) -> int:
+        """Continue from a :meth:`checkpoint`; returns the number of iterations already done."""
+        done = int(state["iteration"])
+        self.trainer.params = self.trainer.tf.constant(np.asarray(state["params"], dtype=np.float32))
+        self.schedule.protocol.restore({key: state[f"clock_{key}"] for key in ("next_start", "last_end", "iteration")})
+        self.schedule.next_iteration = done
+        for name, values in self.timeline.columns.items():
+            values[:done] = state[f"timeline_{name}"]
+        self.timeline.end[:done] = state["timeline_end"]
+        self.timeline.done = done
+        return done
+
+    def run(self, on_evaluation, on_progress=None, on_checkpoint=None, resume_from=None) -> RunOutcome:
+        """Train for ``cfg.iterations``; ``on_evaluation(row)`` after each evaluation (and at k=0).
+
+        ``on_checkpoint(state)`` follows each evaluation; ``resume_from`` is such a state to continue from.
+        """
         cfg = self.cfg
         tf = self.trainer.tf
         started = time.perf_counter()
@@ -246,8 +273,11 @@ class LocalEngine:
             if row is not None:
                 on_evaluation(row)
 
-        evaluate(0, 0.0, float(self.schedule.learning_rate(0)))
-        k = 0
+        if resume_from is not None:
+            k = self.restore(resume_from)
+        else:
+            evaluate(0, 0.0, float(self.schedule.learning_rate(0)))
+            k = 0
         while k < cfg.iterations:
             chunk = self.schedule.next_chunk(min(cfg.runner.chunk, cfg.iterations - k))
             # One conversion per chunk, unstacked once: indexing a tensor per iteration costs ~90 us a slice.
@@ -268,6 +298,8 @@ class LocalEngine:
                 if k % cfg.eval_every == 0 or k == cfg.iterations:
                     self.timeline.record(chunk.timing, t + 1)
                     evaluate(k, float(chunk.timing.end[t]), float(chunk.learning_rates[t]))
+                    if on_checkpoint is not None:
+                        on_checkpoint(self.checkpoint(chunk, t))
                 if on_progress is not None:
                     on_progress(k, float(chunk.timing.end[t]))
             self.timeline.record(chunk.timing, len(chunk.timing))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .engine import Diverged, LocalEngine
 from .models import build_network
-from .results import ResultsWriter, read_summary
+from .results import CHECKPOINT, ResultsWriter, read_checkpoint, read_summary, write_checkpoint
 
 log = logging.getLogger("dybw")
 
@@ -171,8 +171,15 @@ def run_job(cfg, graph, job_dir: Path, resolved: dict, digest: str, make_engine=
                 logged = done
                 tracker.log_evaluation(row)
 
-        engine.run(on_evaluation, progress.advance)
+        resume_from = read_checkpoint(job_dir, digest) if cfg.resume and not cfg.force and writes else None
+        if resume_from is not None:
+            writer.restore_metrics(int(resume_from["iteration"]))
+            progress.advance(int(resume_from["iteration"]), float(resume_from["clock_last_end"]))
+            log.info("%s: resuming after iteration %d", job_dir, int(resume_from["iteration"]))
+        on_checkpoint = (lambda state: write_checkpoint(job_dir, state, digest)) if writes else None
+        engine.run(on_evaluation, progress.advance, on_checkpoint=on_checkpoint, resume_from=resume_from)
         status = "completed"
+        (Path(job_dir) / CHECKPOINT).unlink(missing_ok=True)  # a completed run needs no checkpoint
     except Diverged as error:
         status, message = "diverged", str(error)
         raise

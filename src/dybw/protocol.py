@@ -85,6 +85,16 @@ class Protocol:
         used = arrivals <= stop[..., None]
         return ready, stop, finish, used
 
+    def state_after(self, chunk: TimingChunk, t: int) -> dict:
+        """The clock's state once iteration ``chunk.first + t`` is done (to checkpoint mid-chunk)."""
+        next_start = chunk.finish[t] if not self.lockstep else np.full(self.num_workers, chunk.end[t])
+        return {"next_start": next_start.copy(), "last_end": float(chunk.end[t]), "iteration": chunk.first + t + 1}
+
+    def restore(self, state: dict) -> None:
+        self.next_start = np.array(state["next_start"], dtype=np.float64)
+        self.last_end = float(state["last_end"])
+        self.iteration = int(state["iteration"])
+
     def advance(self, compute: np.ndarray, link_delays: np.ndarray) -> TimingChunk:
         """Times of the next ``T`` iterations given ``C`` ``[T, N]`` and ``D`` ``[T, L]``."""
         first, count = self.iteration, len(compute)
@@ -93,7 +103,9 @@ class Protocol:
             # start, then place them with a cumulative sum of the durations.
             relative = np.zeros_like(compute)
             ready, stop, finish, used = self._iteration(relative, compute, link_delays)
-            end = self.last_end + np.cumsum(finish.max(axis=-1))
+            # E(k) = E(k-1) + T(k), accumulated left to right from the last end: the same floats whatever
+            # the chunk boundaries (a resumed run must reproduce an uninterrupted one bit for bit).
+            end = np.add.accumulate(np.concatenate([[self.last_end], finish.max(axis=-1)]))[1:]
             offset = np.concatenate([[self.last_end], end[:-1]])[:, None]
             start, ready, stop, finish = offset + relative, offset + ready, offset + stop, offset + finish
             self.next_start[:] = end[-1]

@@ -93,6 +93,28 @@ def read_summary(job_dir: Path) -> dict | None:
         return None
 
 
+CHECKPOINT = "checkpoint.npz"
+
+
+def write_checkpoint(job_dir: Path, state: dict, digest: str) -> None:
+    """``checkpoint.npz``: the engine's state after an evaluation, tagged with the config hash."""
+    def write(tmp):
+        with open(tmp, "wb") as handle:
+            np.savez(handle, config_hash=np.array(digest), **state)
+    _atomic_write(Path(job_dir) / CHECKPOINT, write)
+
+
+def read_checkpoint(job_dir: Path, digest: str) -> dict | None:
+    """The checkpoint of a run of the same config in ``job_dir``, or None."""
+    try:
+        with np.load(Path(job_dir) / CHECKPOINT) as data:
+            if str(data["config_hash"]) != digest:
+                return None
+            return {key: data[key] for key in data.files if key != "config_hash"}
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 class ResultsWriter:
     """Writes one job's result files into ``job_dir``."""
 
@@ -100,6 +122,13 @@ class ResultsWriter:
         self.job_dir = Path(job_dir)
         self.job_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_rows: list[dict] = []
+
+    def restore_metrics(self, up_to_iteration: int) -> None:
+        """Keep the rows of ``metrics.csv`` up to a checkpoint's iteration (a resumed run appends after)."""
+        import pandas as pd
+
+        frame = pd.read_csv(self.job_dir / "metrics.csv")
+        self.metrics_rows = frame[frame["iteration"] <= up_to_iteration].to_dict("records")
 
     def write_topology(self, graph_json: dict) -> None:
         atomic_write_json(self.job_dir / "topology.json", graph_json)

@@ -138,7 +138,8 @@ class WallClockEngine(LocalEngine):
             mixed = mixed + row[neighbor] * vector
         return mixed.astype(np.float32)
 
-    def run(self, on_evaluation, on_progress=None):
+    def run(self, on_evaluation, on_progress=None, on_checkpoint=None, resume_from=None):
+        # Wall-clock runs are measurements: they are not checkpointed (config validation rejects resume).
         from mpi4py import MPI
 
         cfg, tf = self.cfg, self.trainer.tf
