@@ -199,7 +199,8 @@ class LocalEngine:
     """Runs one job: schedule chunks, batched TF steps, evaluations, timeline; reports via callbacks.
 
     The MPI backend subclasses it and replaces how a step is taken (:meth:`_step`), how divergence is
-    agreed on (:meth:`_first_non_finite`) and where the parameters are evaluated (:meth:`_evaluate`).
+    agreed on (:meth:`_first_non_finite`) and how the parameters reach the evaluating process
+    (:meth:`gather_params`).
     """
 
     def __init__(self, cfg, graph, dataset, network: StackedNetwork, workers=None):
@@ -220,9 +221,14 @@ class LocalEngine:
         bad = np.flatnonzero(~np.isfinite(losses))
         return int(self.workers[bad[0]]) if len(bad) else None
 
+    def gather_params(self):
+        """Every worker's parameters ``[N, P]`` where evaluations happen (None on other processes)."""
+        return self.trainer.params
+
     def _evaluate(self) -> dict | None:
         """Evaluation metrics (None on processes that do not evaluate)."""
-        return self.trainer.evaluate()
+        params = self.gather_params()
+        return None if params is None else self.trainer.evaluate(self.trainer.tf.constant(params))
 
     # ---------------------------------------------------------------------------------------------
     def _evaluation_row(self, iteration: int, time_now: float, lr: float, started: float) -> dict | None:

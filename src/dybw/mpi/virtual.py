@@ -70,11 +70,6 @@ class MpiVirtualEngine(LocalEngine):
         wait_all([self.comm.Igatherv(mine, None, root=0)], self.exchange.on_wait)
         return None
 
-    def _evaluate(self):
-        full = self.gather_params()
-        if full is None:
-            return None
-        return self.trainer.evaluate(self.trainer.tf.constant(full))
 
 
 def _float32():

@@ -238,16 +238,12 @@ class WallClockEngine(LocalEngine):
             self.timeline.done = done
 
     def gather_params(self):
+        """All workers' parameters ``[N, P]`` on rank 0 (one worker per rank), None elsewhere."""
         mine = np.ascontiguousarray(self.trainer.params.numpy(), dtype=np.float32)
         full = np.empty((self.comm.size, mine.shape[1]), np.float32) if self.me == 0 else None
         self.comm.Gather(mine, full, root=0)
         return full
 
-    def _evaluate(self):
-        full = self.gather_params()
-        if full is None:
-            return None
-        return self.trainer.evaluate(self.trainer.tf.constant(full))
 
     def _shutdown(self) -> None:
         """Deliver every held message, tell the neighbours we are done, drain until they are too."""
