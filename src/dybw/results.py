@@ -29,6 +29,7 @@ def _atomic_write(path: Path, write) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(fd)
+    os.chmod(tmp, 0o644)  # mkstemp makes files private; results are meant to be read by others
     try:
         write(tmp)
         os.replace(tmp, path)
