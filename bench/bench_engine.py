@@ -143,10 +143,10 @@ class Case:
             finally:
                 self.in_steps += now() - t0
 
-        def timed_evaluate():
+        def timed_evaluate(*args, **kwargs):
             t0 = now()
             try:
-                return evaluate()
+                return evaluate(*args, **kwargs)
             finally:
                 self.evals.append(now() - t0)
 

@@ -80,3 +80,13 @@ def test_sigint_and_sigterm_flush_and_mark_interrupted(tmp_path):
         timeline = pd.read_parquet(job_dir / "timeline.parquet")
         assert metrics["iteration"].max() >= 100 and timeline["iteration"].max() + 1 >= metrics["iteration"].max()
         assert not list(job_dir.glob(".*.tmp*")) and not list(job_dir.glob(".metrics.csv.*"))
+
+
+def test_divergence_is_reported_with_iteration_and_worker(tmp_path):
+    done = run_cli(TINY + ["algo.eta0=1e30", "model=mlp", "model.hidden=[16]"], cwd=tmp_path, timeout=300)
+    assert done.returncode != 0
+    lines = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "diverged at iteration" in lines[0] and "worker" in lines[0], done.stderr[-1500:]
+    assert "Traceback" not in done.stderr
+    summary = json.loads((job_dir_of(tmp_path) / "summary.json").read_text())
+    assert summary["status"] == "diverged" and "iteration" in summary["message"]
