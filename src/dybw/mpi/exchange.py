@@ -8,6 +8,7 @@ upper-case non-blocking mpi4py calls (no pickling), tagged by the iteration.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 
@@ -46,16 +47,38 @@ class ExchangePlan:
         return cls(rank, mine, send_rows, recv_workers, columns.astype(np.int64))
 
 
-def wait_all(requests, on_wait=None, poll_seconds: float = 1e-4) -> None:
-    """``MPI_Waitall`` that calls ``on_wait`` while it waits (a blocked rank still shows it is alive)."""
+class WaitBeat:
+    """Calls ``on_wait`` every ``interval`` seconds from a daemon thread while the main thread waits.
+
+    The wait itself is the blocking ``MPI_Waitall`` (mpi4py releases the GIL in it): polling with sleeps
+    would make both ranks of a pair stall each other, since MPICH only moves shared-memory messages
+    inside MPI calls.  A rank blocked on a peer keeps beating; one stuck in its own work falls silent.
+    """
+
+    def __init__(self, on_wait, interval: float = 0.25):
+        self.on_wait, self.interval = on_wait, interval
+        self.waiting = threading.Event()
+        threading.Thread(target=self._run, daemon=True, name="dybw-wait-beat").start()
+
+    def _run(self):
+        while True:
+            self.waiting.wait()
+            time.sleep(self.interval)
+            if self.waiting.is_set():
+                self.on_wait()
+
+
+def wait_all(requests, beat: WaitBeat | None = None) -> None:
+    """``MPI_Waitall``, beating the heartbeat meanwhile when ``beat`` is given."""
     from mpi4py import MPI
 
-    if on_wait is None:
+    if beat is not None:
+        beat.waiting.set()
+    try:
         MPI.Request.Waitall(requests)
-        return
-    while not MPI.Request.Testall(requests):
-        on_wait()
-        time.sleep(poll_seconds)
+    finally:
+        if beat is not None:
+            beat.waiting.clear()
 
 
 class NeighbourExchange:
@@ -63,7 +86,7 @@ class NeighbourExchange:
 
     def __init__(self, comm, plan: ExchangePlan, num_params: int, on_wait=None):
         self.comm = comm
-        self.on_wait = on_wait  # called while blocked on peers (the heartbeat)
+        self.beat = WaitBeat(on_wait) if on_wait is not None else None  # the heartbeat while blocked
         self.plan = plan
         self.peers = sorted(plan.recv_workers)
         self.recv = {p: np.empty((len(plan.recv_workers[p]), num_params), np.float32) for p in self.peers}
@@ -76,7 +99,8 @@ class NeighbourExchange:
         tag = iteration % TAG_MODULUS
         requests = [self.comm.Irecv(self.recv[p], source=p, tag=tag) for p in self.peers]
         for peer, buffer in self.send.items():
-            np.take(rows, self.plan.send_rows[peer], axis=0, out=buffer)
+            # mode="clip": the indices are valid, and the default mode copies through a temporary
+            np.take(rows, self.plan.send_rows[peer], axis=0, out=buffer, mode="clip")
             requests.append(self.comm.Isend(buffer, dest=peer, tag=tag))
-        wait_all(requests, self.on_wait)
+        wait_all(requests, self.beat)
         return np.concatenate([rows, *[self.recv[p] for p in self.peers]]) if self.peers else rows

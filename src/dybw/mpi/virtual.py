@@ -31,20 +31,24 @@ class MpiVirtualEngine(LocalEngine):
         self._counts = np.array([len(g) * network.num_params for g in self.groups])
         self._iteration = 0
 
-    def _mix(self, rows: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    def _mix(self, rows: np.ndarray, weights: np.ndarray):
+        """``X_mine = W[mine, :] @ Y`` with the rows this rank does not know set to zero (their weights are
+        zero): the same TF product over all N columns as the local backend, so the same float sums."""
         known = self.exchange.exchange(rows, self._iteration)
-        return weights[np.ix_(self.plan.mine, self.plan.columns)] @ known
+        full = np.zeros((self.cfg.num_workers, known.shape[1]), np.float32)
+        full[self.plan.columns] = known
+        tf = self.trainer.tf
+        return tf.matmul(tf.constant(weights[self.plan.mine]), tf.constant(full))
 
     def _step(self, batches, lr, weights, chunk, t):
         tf = self.trainer.tf
         w = chunk.weights[t]
         if self.cfg.algo.update == "atc":
             adapted, losses = self.trainer.adapt(self.trainer.params, batches, lr)
-            mixed = self._mix(adapted.numpy(), w)
-            self.trainer.params = tf.constant(mixed.astype(np.float32))
+            self.trainer.params = self._mix(adapted.numpy(), w)
         else:
             mixed = self._mix(self.trainer.params.numpy(), w)
-            self.trainer.params, losses = self.trainer.adapt(tf.constant(mixed.astype(np.float32)), batches, lr)
+            self.trainer.params, losses = self.trainer.adapt(mixed, batches, lr)
         self._iteration += 1
         if self.on_iteration is not None:
             self.on_iteration(self._iteration)
@@ -55,7 +59,7 @@ class MpiVirtualEngine(LocalEngine):
 
         local = super()._first_non_finite(losses)
         first = np.array([self.cfg.num_workers if local is None else local], dtype=np.int64)
-        wait_all([self.comm.Iallreduce(MPI.IN_PLACE, first, op=MPI.MIN)], self.exchange.on_wait)
+        wait_all([self.comm.Iallreduce(MPI.IN_PLACE, first, op=MPI.MIN)], self.exchange.beat)
         return None if first[0] == self.cfg.num_workers else int(first[0])
 
     def gather_params(self) -> np.ndarray | None:
@@ -65,9 +69,9 @@ class MpiVirtualEngine(LocalEngine):
             full = np.empty((self.cfg.num_workers, mine.shape[1]), np.float32)
             displacements = np.concatenate([[0], np.cumsum(self._counts)[:-1]])
             request = self.comm.Igatherv(mine, [full, self._counts, displacements, _float32()], root=0)
-            wait_all([request], self.exchange.on_wait)
+            wait_all([request], self.exchange.beat)
             return full
-        wait_all([self.comm.Igatherv(mine, None, root=0)], self.exchange.on_wait)
+        wait_all([self.comm.Igatherv(mine, None, root=0)], self.exchange.beat)
         return None
 
 
