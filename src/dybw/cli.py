@@ -113,6 +113,21 @@ def _unknown_key(conf_dir: Path, overrides: list[str], error: Exception) -> str 
             f"to add it anyway write +{key}={value}")
 
 
+def _bad_syntax(overrides: list[str]) -> str | None:
+    """The first override Hydra's grammar rejects, as ``key=value is invalid: ...`` (None if all parse)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for override in overrides:
+        try:
+            parser.parse_overrides([override])
+        except Exception as error:  # noqa: BLE001 - Hydra raises its own parse error types
+            key, _, value = override.partition("=")
+            reason = re.sub(r"\s+", " ", re.split(r"\s*See https://", str(error))[0]).strip()
+            return str(ConfigError(key.lstrip("+~"), value, f"not valid override syntax ({reason})"))
+    return None
+
+
 def _is_hydra_override(override: str) -> bool:
     return override.lstrip("+~").startswith(("hydra.", "hydra/"))
 
@@ -152,7 +167,7 @@ def prevalidate(argv: list[str], conf_dir: Path) -> None:
     except DybwError as error:
         fail(str(error))
     except Exception as error:  # Hydra's override grammar errors
-        fail(_one_line(error))
+        fail(_bad_syntax(args.overrides) or _one_line(error))
     for overrides in jobs:
         prefix = f"[job {' '.join(overrides)}] " if len(jobs) > 1 else ""
         try:
@@ -160,7 +175,7 @@ def prevalidate(argv: list[str], conf_dir: Path) -> None:
             if any(_is_hydra_override(o) for o in overrides):
                 _compose_hydra(conf_dir, overrides)  # Hydra's own settings (hydra.run.dir, hydra/launcher=...)
         except Exception as error:
-            fail(prefix + (_unknown_key(conf_dir, overrides, error) or _one_line(error)))
+            fail(prefix + (_bad_syntax(overrides) or _unknown_key(conf_dir, overrides, error) or _one_line(error)))
         try:
             with warnings.catch_warnings():  # e.g. a clamped algo.b: the job itself warns when it runs
                 warnings.simplefilter("ignore")

@@ -228,7 +228,13 @@ class LocalEngine:
     def _evaluate(self) -> dict | None:
         """Evaluation metrics (None on processes that do not evaluate)."""
         params = self.gather_params()
-        return None if params is None else self.trainer.evaluate(self.trainer.tf.constant(params))
+        if params is None:
+            return None
+        row = self.trainer.evaluate(self.trainer.tf.constant(params))
+        if not row["finite"]:
+            rows = np.asarray(params)
+            row["first_non_finite_worker"] = int(np.flatnonzero(~np.isfinite(rows).all(axis=1))[0])
+        return row
 
     # ---------------------------------------------------------------------------------------------
     def _evaluation_row(self, iteration: int, time_now: float, lr: float, started: float) -> dict | None:
@@ -236,7 +242,8 @@ class LocalEngine:
         if row is None:
             return None
         if not row.pop("finite"):
-            raise Diverged(f"diverged before iteration {iteration}: a parameter is NaN or infinite")
+            raise Diverged(f"diverged at iteration {iteration - 1}: worker {row['first_non_finite_worker']}'s "
+                           f"parameters are not finite (lower algo.eta0={self.cfg.algo.eta0})")
         row.update(iteration=iteration, time=time_now, lr=lr, wall_seconds=time.perf_counter() - started,
                    mean_iteration_duration=self.timeline.mean_duration(), mean_backups=self.timeline.mean_backups())
         return row

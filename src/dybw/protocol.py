@@ -82,7 +82,8 @@ class Protocol:
         arrivals = self._arrivals(ready, link_delays)
         stop = self.policy.stop(ready, arrivals, self.lockstep)
         finish = stop if self.atc else stop + compute
-        used = arrivals <= stop[..., None]
+        # A message at +inf never arrives (a non-neighbour, or a link delay too large to represent).
+        used = (arrivals <= stop[..., None]) & np.isfinite(arrivals)
         return ready, stop, finish, used
 
     def state_after(self, chunk: TimingChunk, t: int) -> dict:

@@ -63,10 +63,10 @@ class DelaySpec:
         for name in ("shift", "scale"):
             if not np.isfinite(getattr(self, name)) or getattr(self, name) < 0:
                 raise ConfigError(f"{where}.{name}", getattr(self, name), "must be a finite number >= 0 (seconds)")
-        if self.dist == "pareto" and not self.alpha > 0:
-            raise ConfigError(f"{where}.alpha", self.alpha, "Pareto shape must be > 0")
-        if self.dist == "lognormal" and not self.sigma >= 0:
-            raise ConfigError(f"{where}.sigma", self.sigma, "must be >= 0")
+        if not (self.alpha > 0 and np.isfinite(self.alpha)):
+            raise ConfigError(f"{where}.alpha", self.alpha, "Pareto shape must be a finite number > 0")
+        if not (self.sigma >= 0 and np.isfinite(self.sigma)):
+            raise ConfigError(f"{where}.sigma", self.sigma, "must be a finite number >= 0")
         if not 0 <= self.slow_prob <= 1:
             raise ConfigError(f"{where}.slow_prob", self.slow_prob, "allowed range [0, 1]")
         if not 0 <= self.persistent_fraction <= 1:
