@@ -497,3 +497,15 @@ def test_random_valid_tiny_runs_end_with_a_valid_status(algo, data):
         else:
             assert eta0 >= 1e30, (overrides, written)  # only a huge step may diverge
             assert re.search(r"iteration \d+", written["message"]) and re.search(r"worker \d+", written["message"])
+
+
+def test_divergence_found_in_the_parameters_names_the_iteration_and_the_worker(tmp_path):
+    """The case the random runs first found: with one iteration the NaN never reaches a loss, only the
+    parameters the final evaluation sees (the message named no worker before the fix)."""
+    overrides = ["dataset=synthetic", "model=logreg", "logger=none", "progress=false", "num_workers=3",
+                 "iterations=1", "algo=cb_full", "algo.eta0=1e40", "dataset.num_train=256", "dataset.num_test=32",
+                 "dataset.batch_size=4"]
+    with pytest.raises(Diverged, match=r"iteration \d+: worker \d+") as error:
+        run_config(overrides, tmp_path / "job")
+    written = json.loads((tmp_path / "job" / "summary.json").read_text())
+    assert written["status"] == "diverged" and written["message"] == str(error.value)

@@ -176,6 +176,10 @@ def run_job(cfg, graph, job_dir: Path, resolved: dict, digest: str, make_engine=
             writer.restore_metrics(int(resume_from["iteration"]))
             progress.advance(int(resume_from["iteration"]), float(resume_from["clock_last_end"]))
             log.info("%s: resuming after iteration %d", job_dir, int(resume_from["iteration"]))
+        if resume_from is None and writes:
+            # A fresh start in a used directory: drop what an earlier, unfinished run left behind.
+            for stale in (CHECKPOINT, "timeline.parquet", "metrics.csv"):
+                (Path(job_dir) / stale).unlink(missing_ok=True)
         on_checkpoint = (lambda state: write_checkpoint(job_dir, state, digest)) if writes else None
         engine.run(on_evaluation, progress.advance, on_checkpoint=on_checkpoint, resume_from=resume_from)
         status = "completed"

@@ -222,8 +222,17 @@ class DelaySampler:
 
     def compute(self, k0: int, count: int) -> np.ndarray:
         """Compute times of iterations ``k0 .. k0+count-1``, ``[count, N]`` seconds."""
-        return self._compute.take(k0, count) * self._compute_factor
+        return _finite(self._compute.take(k0, count) * self._compute_factor, "straggler.compute", k0)
 
     def link(self, k0: int, count: int) -> np.ndarray:
         """Link delays of iterations ``k0 .. k0+count-1``, ``[count, L]`` seconds."""
-        return self._link.take(k0, count) * self._link_factor
+        return _finite(self._link.take(k0, count) * self._link_factor, "straggler.link", k0)
+
+
+def _finite(delays: np.ndarray, where: str, k0: int) -> np.ndarray:
+    """Delays as drawn, or a one-line error when a draw overflowed (e.g. Pareto with a tiny alpha)."""
+    if not np.all(np.isfinite(delays)):
+        k = k0 + int(np.argwhere(~np.isfinite(delays))[0][0])
+        raise ConfigError(where, "a draw of inf", f"delays must be finite: iteration {k} overflowed; "
+                          f"use a larger {where}.alpha / smaller sigma or scale")
+    return delays
