@@ -86,6 +86,10 @@ class DelaySpec:
 
     def unit_draws(self, u: np.ndarray) -> np.ndarray:
         """``shift + scale * Z`` times the mixture factor, for uniforms ``u`` of shape ``[..., 3]``."""
+        with np.errstate(over="ignore"):  # an overflow becomes inf, reported by DelaySampler in one line
+            return self._unit_draws(u)
+
+    def _unit_draws(self, u: np.ndarray) -> np.ndarray:
         u0, u1, u2 = u[..., 0], u[..., 1], u[..., 2]
         if self.dist == "constant":
             z = np.zeros_like(u0)
