@@ -403,20 +403,7 @@ def exchange_worker(args) -> int:
 # ---------------------------------------------------------------------------------------------------
 # Driver
 # ---------------------------------------------------------------------------------------------------
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-        except (OSError, IndexError, ValueError):
-            continue
-    found, frontier = [], [pid]
-    while frontier:
-        below = children.get(frontier.pop(), [])
-        found += below
-        frontier += below
-    return found
+from dybw.mpi.launch import _descendants  # noqa: E402 - the launcher's process-tree walk
 
 
 def run_child(command: list[str], cwd: Path, timeout: float) -> tuple[subprocess.CompletedProcess, float]:
