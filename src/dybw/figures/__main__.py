@@ -161,8 +161,6 @@ def _write_index(out: Path, specs, drawn, quick: bool) -> None:
                   f"[{name}.pdf]({name}.pdf) · spec `{entry['spec']}` · source: {entry['source']} · "
                   f"{entry['why']}", "", entry["caption"], ""]
     atomic_write_text(out / "README.md", "\n".join(lines))
-    for path in (index_path, out / "README.md"):
-        path.chmod(0o644)  # the atomic writer's temporary files are private (0600); these are for everyone
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..results import atomic_write_text
+from ..results import atomic_write_json, atomic_write_text
 from . import analysis, load
 from .analysis import DYBW, fmt_pm
 from .plots import Context, _dataset_name
@@ -409,22 +409,5 @@ def write(ctx: Context, specs: dict[str, Spec], quick: bool, base_command: str) 
     text, data = build(ctx, specs, quick, base_command)
     ctx.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(ctx.out / "REPRODUCTION.md", text)
-    atomic_write_text(ctx.out / "reproduction.json", json.dumps(_clean(data), indent=2) + "\n")
-    files = [ctx.out / "REPRODUCTION.md", ctx.out / "reproduction.json"]
-    for path in files:
-        path.chmod(0o644)  # the atomic writer's temporary files are private (0600); these are for everyone
-    return files
-
-
-def _clean(value):
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, np.bool_):
-        return bool(value)
-    return value
+    atomic_write_json(ctx.out / "reproduction.json", data)
+    return [ctx.out / "REPRODUCTION.md", ctx.out / "reproduction.json"]
