@@ -46,6 +46,28 @@ def test_complete_graph_cb_full_uniform_equals_centralised_sgd_with_batch_nb():
         np.testing.assert_allclose(distributed[j], x.numpy()[0], atol=1e-5)
 
 
+@pytest.mark.parametrize("model", [["model=logreg"], ["model=mlp", "model.hidden=[16]", "model.weight_decay=0.001"]])
+def test_a_workers_local_step_does_not_depend_on_how_many_workers_share_the_process(model):
+    """The MPI backend steps N/R workers per rank: each row must come out bit for bit as with all N.
+
+    Batch 1024: at this size a batched XLA step (all rows in one reduction) rounds differently for 1, 4,
+    5 or 2 rows than for 8 -- the failure this guards against."""
+    tf = import_tensorflow()
+    cfg, graph, dataset, network, engine = engine_for(
+        model + ["num_workers=8", "dataset.num_train=8192", "dataset.batch_size=1024"])
+    trainer = engine.trainer
+    params = tf.constant(np.random.default_rng(0).normal(0, 0.1, (8, network.num_params)).astype(np.float32))
+    indices = tf.constant(Schedule(cfg, graph, dataset.shards).batches.take(0, 1)[0])
+    all_rows, all_losses = trainer.adapt(params, indices, np.float32(0.3))
+    for rows in (slice(0, 1), slice(0, 4), slice(3, 8), slice(5, 7)):
+        some_rows, some_losses = trainer.adapt(params[rows], indices[rows], np.float32(0.3))
+        np.testing.assert_array_equal(some_rows.numpy(), all_rows.numpy()[rows])
+        np.testing.assert_array_equal(some_losses.numpy(), all_losses.numpy()[rows])
+    weights = tf.constant(np.full((8, 8), 1 / 8, np.float32))
+    fused, _ = trainer._step(params, indices, np.float32(0.3), weights)  # the local backend's one program
+    np.testing.assert_array_equal(fused.numpy(), trainer.mix(weights, all_rows).numpy())
+
+
 def test_cb_static_with_no_backups_gives_cb_full_results(tmp_path):
     full = run_config(TINY + ["algo=cb_full"], tmp_path / "full")
     static = run_config(TINY + ["algo=cb_static", "algo.b=0"], tmp_path / "static")

@@ -85,40 +85,45 @@ class BatchedTrainer:
         self._step = tf.function(step, jit_compile=True)
         self._evaluate = tf.function(self._evaluation, jit_compile=True)
 
-    def _local_losses(self, params, indices):
-        """``f_j(x_j; batch_j)`` for every worker j: mean cross-entropy (+ weight decay), ``[N]``."""
+    def _local_loss(self, params, indices):
+        """``f_j(x_j; batch_j)`` of one worker: mean cross-entropy (+ weight decay) for ``[P]``, ``[B]``."""
         tf = self.tf
         x = tf.gather(self.x_train, indices)
         y = tf.gather(self.y_train, indices)
-        logits = self.network.logits(tf, params, x)
-        losses = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits), axis=1)
+        logits = self.network.logits(tf, params[None], x[None])[0]
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
         if self.weight_decay:
-            losses += 0.5 * self.weight_decay * tf.reduce_sum(tf.square(params), axis=1)
-        return losses
+            loss += 0.5 * self.weight_decay * tf.reduce_sum(tf.square(params))
+        return loss
 
-    def _gradients(self, params, indices):
+    def _adapted(self, params, indices, lr):
+        """The local steps ``Y = X - eta G(X)`` and the losses ``[M]`` of ``M`` workers' rows.
+
+        One worker at a time (``tf.map_fn``, a loop inside the XLA program), not as one batched
+        computation: XLA tiles a batched reduction by the number of rows it spans, so a worker's rounding
+        would depend on how many workers share its process.  Looped, every worker runs the same
+        fixed-shape program, and ``runner=local`` and ``runner=mpi`` (M = N/R) agree bit for bit -- at
+        no cost in speed (``bench/bench_engine.py``).
+        """
         tf = self.tf
-        with tf.GradientTape() as tape:
-            tape.watch(params)
-            losses = self._local_losses(params, indices)
-            total = tf.reduce_sum(losses)  # workers' parameters are disjoint rows: d total / d x_j = grad f_j
-        return tape.gradient(total, params), losses
+
+        def worker(args):
+            row, batch = args
+            with tf.GradientTape() as tape:
+                tape.watch(row)
+                loss = self._local_loss(row, batch)
+            return row - lr * tape.gradient(loss, row), loss
+
+        return tf.map_fn(worker, (params, indices), fn_output_signature=(tf.float32, tf.float32))
 
     def _adapt_then_combine(self, params, indices, lr, weights):
         """ATC: ``X' = W (X - eta G(X))``."""
-        grads, losses = self._gradients(params, indices)
-        return self.tf.matmul(weights, params - lr * grads), losses
+        adapted, losses = self._adapted(params, indices, lr)
+        return self.tf.matmul(weights, adapted), losses
 
     def _combine_then_adapt(self, params, indices, lr, weights):
         """CTA: ``X' = W X - eta G(W X)``."""
-        mixed = self.tf.matmul(weights, params)
-        grads, losses = self._gradients(mixed, indices)
-        return mixed - lr * grads, losses
-
-    def _adapt_only(self, params, indices, lr):
-        """The local step alone, ``Y = X - eta G(X)`` (the MPI backend mixes across ranks itself)."""
-        grads, losses = self._gradients(params, indices)
-        return params - lr * grads, losses
+        return self._adapted(self.tf.matmul(weights, params), indices, lr)
 
     def step(self, indices, lr, weights) -> np.ndarray:
         """One iteration for every worker; returns the local minibatch losses ``[N]``."""
@@ -126,10 +131,17 @@ class BatchedTrainer:
         return losses.numpy()
 
     def adapt(self, params, indices, lr):
-        """``(X - eta G(X), losses)`` for the hosted workers' parameters ``params``."""
+        """``(X - eta G(X), losses)`` for the hosted workers' parameters ``params`` (the MPI backends)."""
         if not hasattr(self, "_adapt"):
-            self._adapt = self.tf.function(self._adapt_only, jit_compile=True)
+            self._adapt = self.tf.function(self._adapted, jit_compile=True)
         return self._adapt(params, indices, lr)
+
+    def mix(self, weights, rows):
+        """``W @ Y`` for ``W`` ``[N, N]`` and ``Y`` ``[N, P]``: the product the local step ends (ATC) or
+        starts (CTA) with, compiled alone for the same shapes, so its rows round the same."""
+        if not hasattr(self, "_mix"):
+            self._mix = self.tf.function(self.tf.matmul, jit_compile=True)
+        return self._mix(weights, rows)
 
     def _evaluation(self, params):
         tf = self.tf

@@ -24,14 +24,20 @@ def metrics(job_dir):
     return pd.read_csv(job_dir / "metrics.csv").drop(columns="wall_seconds")
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
-@pytest.mark.parametrize("algo", [["algo=cb_dybw"], ["algo=cb_full", "algo.update=cta"],
-                                  ["algo=cb_static", "protocol.sync=free", "algo.mixing=metropolis"]])
-def test_virtual_clock_matches_the_local_backend(tmp_path, ranks, algo):
+ALGOS = [["algo=cb_dybw"], ["algo=cb_full", "algo.update=cta"],
+         ["algo=cb_static", "protocol.sync=free", "algo.mixing=metropolis"]]
+# Every policy on 2 and 4 ranks; 1 rank and 3 uneven groups (3+3+2 workers) with one policy, since the
+# exchange does not depend on it.
+RANK_CASES = [(ranks, algo) for ranks in (2, 4) for algo in ALGOS] + [(1, ALGOS[0]), (3, ALGOS[0])]
+
+
+@pytest.mark.parametrize(("ranks", "algo"), RANK_CASES)
+def test_virtual_clock_matches_the_local_backend_bit_for_bit(tmp_path, ranks, algo):
+    """Same metrics.csv to the last bit (the issue asks <= 1e-6 relative) and the same timeline."""
     local = run_config(SMALL + algo, tmp_path / "local")
     mpi = run_config(SMALL + algo + ["runner=mpi", f"runner.ranks={ranks}"], tmp_path / "mpi")
     assert local["status"] == mpi["status"] == "completed"
-    pd.testing.assert_frame_equal(metrics(tmp_path / "local"), metrics(tmp_path / "mpi"), rtol=1e-6, atol=1e-7)
+    pd.testing.assert_frame_equal(metrics(tmp_path / "local"), metrics(tmp_path / "mpi"), check_exact=True)
     timeline_local = pd.read_parquet(tmp_path / "local/timeline.parquet")
     timeline_mpi = pd.read_parquet(tmp_path / "mpi/timeline.parquet")
     pd.testing.assert_frame_equal(timeline_local, timeline_mpi)

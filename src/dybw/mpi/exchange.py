@@ -81,26 +81,47 @@ def wait_all(requests, beat: WaitBeat | None = None) -> None:
             beat.waiting.clear()
 
 
+def aligned_zeros(shape, alignment: int = 64) -> np.ndarray:
+    """float32 zeros starting on an ``alignment``-byte boundary: TensorFlow reads such a buffer in place
+    through DLPack (and aborts on a misaligned one)."""
+    size = int(np.prod(shape)) * 4
+    raw = np.zeros(size + alignment, np.uint8)
+    offset = -raw.ctypes.data % alignment
+    return raw[offset:offset + size].view(np.float32).reshape(shape)
+
+
 class NeighbourExchange:
-    """Posts the receives and sends of one iteration and returns the stacked known rows."""
+    """Moves one iteration's rows into the mixing block ``Y`` ``[N, P]`` of this rank.
 
-    def __init__(self, comm, plan: ExchangePlan, num_params: int, on_wait=None):
-        self.comm = comm
-        self.beat = WaitBeat(on_wait) if on_wait is not None else None  # the heartbeat while blocked
-        self.plan = plan
-        self.peers = sorted(plan.recv_workers)
-        self.recv = {p: np.empty((len(plan.recv_workers[p]), num_params), np.float32) for p in self.peers}
-        self.send = {p: np.empty((len(plan.send_rows[p]), num_params), np.float32) for p in sorted(plan.send_rows)}
+    This rank's rows are copied into their place and sent to the peers that need them; a peer's rows
+    are received straight into theirs.  An MPI indexed datatype describes which rows of a buffer a
+    message holds, so nothing is packed or stacked in Python: the bytes on the wire are the plan's rows
+    and MPI copies them once.  Rows of workers this rank never hears from stay zero -- their weights in
+    this rank's rows of ``W`` are zero too.
+    """
 
-    def exchange(self, rows: np.ndarray, iteration: int) -> np.ndarray:
-        """``rows`` = this rank's ``[len(mine), P]``; returns ``[len(columns), P]`` in ``plan.columns`` order."""
+    def __init__(self, comm, plan: ExchangePlan, num_workers: int, num_params: int, on_wait=None):
         from mpi4py import MPI
 
+        self.comm = comm
+        self.beat = WaitBeat(on_wait) if on_wait is not None else None  # the heartbeat while blocked
+        self.block = aligned_zeros((num_workers, num_params))
+        self.mine = slice(int(plan.mine[0]), int(plan.mine[-1]) + 1)  # groups are contiguous
+        row = MPI.FLOAT.Create_contiguous(num_params).Commit()
+
+        def rows_type(rows):
+            return row.Create_indexed_block(1, [int(r) for r in rows]).Commit()
+
+        self.receives = [(peer, rows_type(plan.recv_workers[peer])) for peer in sorted(plan.recv_workers)]
+        self.sends = [(peer, rows_type(plan.send_rows[peer])) for peer in sorted(plan.send_rows)]
+        row.Free()  # the row type lives on inside the types built from it
+
+    def exchange(self, rows: np.ndarray, iteration: int) -> np.ndarray:
+        """``rows`` = this rank's ``[len(mine), P]`` (C-contiguous, may be read-only); returns the block."""
         tag = iteration % TAG_MODULUS
-        requests = [self.comm.Irecv(self.recv[p], source=p, tag=tag) for p in self.peers]
-        for peer, buffer in self.send.items():
-            # mode="clip": the indices are valid, and the default mode copies through a temporary
-            np.take(rows, self.plan.send_rows[peer], axis=0, out=buffer, mode="clip")
-            requests.append(self.comm.Isend(buffer, dest=peer, tag=tag))
+        requests = [self.comm.Irecv([self.block, 1, rows_type], source=peer, tag=tag)
+                    for peer, rows_type in self.receives]
+        requests += [self.comm.Isend([rows, 1, rows_type], dest=peer, tag=tag) for peer, rows_type in self.sends]
+        self.block[self.mine] = rows  # while the messages move (MPI allows reading a send buffer)
         wait_all(requests, self.beat)
-        return np.concatenate([rows, *[self.recv[p] for p in self.peers]]) if self.peers else rows
+        return self.block

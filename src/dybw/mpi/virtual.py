@@ -1,15 +1,16 @@
 """``runner=mpi runner.clock=virtual``: ranks host groups of workers, the virtual clock decides.
 
-Every rank computes the (cheap, deterministic) clock of all workers, so each knows the rows ``W(k)[mine]``
-of its workers.  Per iteration, ATC::
+Every rank computes the (cheap, deterministic) clock of all workers, so each knows ``W(k)``.  Per
+iteration, ATC::
 
-    Y_mine  = X_mine - eta G(X_mine)            one batched TF step for the hosted workers
-    Y_known = exchange(Y_mine)                  neighbour rows from peer ranks (Isend/Irecv, float32)
-    X_mine  = W[mine, known] @ Y_known
+    Y_mine = X_mine - eta G(X_mine)        the hosted workers' local steps (TF, one worker at a time)
+    Y      = exchange(Y_mine)              [N, P]: own rows, neighbours' rows from peer ranks, zeros
+    X_mine = (W @ Y)[mine]                 the local backend's mixing product, same shapes
 
 (CTA exchanges and mixes ``X`` first, then adapts.)  The common random numbers make the delays,
-minibatches and initial model those of the local backend, so the results agree up to float summation
-order.  Rank 0 gathers the parameters for evaluations and writes every result file.
+minibatches and initial model those of the local backend; the local steps and the product are the same
+XLA programs on the same shapes, so the results are the local backend's bit for bit.  Rank 0 gathers
+the parameters for evaluations and writes every result file.
 """
 
 from __future__ import annotations
@@ -26,28 +27,25 @@ class MpiVirtualEngine(LocalEngine):
         self.groups = worker_groups(cfg.num_workers, comm.size)
         self.plan = ExchangePlan.build(graph.adjacency, self.groups, comm.rank)
         super().__init__(cfg, graph, dataset, network, workers=self.plan.mine)
-        self.exchange = NeighbourExchange(comm, self.plan, network.num_params, on_wait)
+        self.exchange = NeighbourExchange(comm, self.plan, cfg.num_workers, network.num_params, on_wait)
         self.on_iteration = on_iteration  # heartbeat and fault injection (mpi/__main__.py)
         self._counts = np.array([len(g) * network.num_params for g in self.groups])
         self._iteration = 0
 
-    def _mix(self, rows: np.ndarray, weights: np.ndarray):
-        """``X_mine = W[mine, :] @ Y`` with the rows this rank does not know set to zero (their weights are
-        zero): the same TF product over all N columns as the local backend, so the same float sums."""
-        known = self.exchange.exchange(rows, self._iteration)
-        full = np.zeros((self.cfg.num_workers, known.shape[1]), np.float32)
-        full[self.plan.columns] = known
+    def _mix(self, rows, weights):
+        """``X_mine = (W @ Y)[mine]``: the local backend's product, same shapes, same XLA program, so the
+        same float sums; ``Y`` is the exchange's block, read by TF in place (DLPack, no copy)."""
         tf = self.trainer.tf
-        return tf.matmul(tf.constant(weights[self.plan.mine]), tf.constant(full))
+        block = self.exchange.exchange(np.from_dlpack(rows), self._iteration)
+        mixed = self.trainer.mix(weights, tf.experimental.dlpack.from_dlpack(block.__dlpack__()))
+        return mixed[self.exchange.mine]
 
     def _step(self, batches, lr, weights, chunk, t):
-        tf = self.trainer.tf
-        w = chunk.weights[t]
         if self.cfg.algo.update == "atc":
             adapted, losses = self.trainer.adapt(self.trainer.params, batches, lr)
-            self.trainer.params = self._mix(adapted.numpy(), w)
+            self.trainer.params = self._mix(adapted, weights)
         else:
-            mixed = self._mix(self.trainer.params.numpy(), w)
+            mixed = self._mix(self.trainer.params, weights)
             self.trainer.params, losses = self.trainer.adapt(mixed, batches, lr)
         self._iteration += 1
         if self.on_iteration is not None:
@@ -64,7 +62,7 @@ class MpiVirtualEngine(LocalEngine):
 
     def gather_params(self) -> np.ndarray | None:
         """All workers' parameters ``[N, P]`` on rank 0 (None elsewhere)."""
-        mine = np.ascontiguousarray(self.trainer.params.numpy(), dtype=np.float32)
+        mine = np.from_dlpack(self.trainer.params)
         if self.comm.rank == 0:
             full = np.empty((self.cfg.num_workers, mine.shape[1]), np.float32)
             displacements = np.concatenate([[0], np.cumsum(self._counts)[:-1]])
