@@ -17,17 +17,14 @@ default mlp [128]) and 100000 (large).  In one MPI world, after a warm-up, each 
      Its send buffers never change, so the receiver copies cache lines that are clean and shared.
 (A') the same with the send buffers rewritten in place (``*= 1``, in cache) before each exchange: the floor
      for data that changes every iteration, as a run's does.
-(B)  ``NeighbourExchange.exchange`` (dybw.mpi.exchange) on the same plan, ``on_wait=None``: packs the rows
-     to send (``np.take``), posts the same calls, waits, stacks the known rows (``np.concatenate``).
+(B)  ``NeighbourExchange.exchange`` (dybw.mpi.exchange) on the same plan, ``on_wait=None``: sends the rows
+     of this rank's ``[M, P]`` array the plan names (MPI indexed datatypes, no packing), receives the
+     peers' rows straight into their rows of the ``[N, P]`` mixing block, and copies the own rows into the
+     block while the messages move -- everything the mixing product needs.
 (H)  the same with ``on_wait=Heartbeat(...).waiting``: the runner as it runs in a job
-     (``dybw.mpi.__main__``); ``wait_all`` then polls ``Testall`` and sleeps 0.1 ms between polls.
+     (``dybw.mpi.__main__``): a helper thread beats while the main thread blocks in ``Waitall``.
      The goal is on H/A.
-(F), (G), (T)  profile only, candidate fixes written here (``CandidateExchange``): F packs with
-     ``np.take(..., mode="clip")`` and receives into one preallocated block (no ``np.concatenate``);
-     G is F waiting as ``wait_all`` does with a heartbeat but spinning on ``Testall`` for 0.2 ms before it
-     sleeps; T is F with a blocking ``Waitall`` while a helper thread beats (``WaitingBeat``).
-Beside them, without MPI: the time of the runner's packing (``np.take(out=)``, and with ``mode="clip"``) and
-stacking, and how often (H) polled in vain per iteration.
+Beside them, without MPI: the time of the own-row copy into the block alone (``place``).
 
 All ranks start each measurement after a barrier; a measurement is the slowest rank's time / K.  The
 variants alternate (A A' B H F G T, then T G F H B A' A, ...), medians over repetitions; ratios are medians of
@@ -40,7 +37,7 @@ alternating, each in a fresh directory with ``force=true``.  Per job: the proces
 start-up, mpiexec, data, compilation, run), the job's ``summary.json`` ``wall_seconds`` (from data loading
 to the end) and the steady time per iteration from ``metrics.csv`` -- (wall at K - wall at the previous
 evaluation) / (K - that iteration), which leaves out start-up and XLA compilation and includes one
-evaluation.  The two runs' metrics (without wall_seconds) are compared too: they must be the same numbers.
+evaluation.  The two runs' metrics (without wall_seconds) are compared too: they must be identical.
 
 Output: markdown tables on stdout, JSON with every repetition in ``results/bench/mpi.json``
 (``mpi_quick.json`` for ``--quick``); ``results/`` is git-ignored.
@@ -75,7 +72,7 @@ LEGEND_EXCHANGE = (
     "A = bare mpi4py Irecv/Isend per peer rank of the plan's rows from preallocated buffers + Waitall; "
     "A′ = the same with the send buffers rewritten in place before each exchange (fresh data, as in a run); "
     "B = NeighbourExchange.exchange without on_wait; H = the same with the heartbeat's on_wait, as the runner "
-    "calls it in a job (wait_all polls Testall, sleeping 0.1 ms between polls). Times in µs per iteration "
+    "calls it in a job (a helper thread beats while Waitall blocks). Times in µs per iteration "
     "(the slowest rank's), medians; ratios = medians of the ratios of measurements taken back to back (cpu: "
     "process CPU time summed over the ranks). rows = rows sent per iteration by all ranks together; "
     "load = highest 1-min load average seen (R ranks busy-poll: R > 2 oversubscribes the 2 cores).")
@@ -108,8 +105,6 @@ def parse_args(argv=None):
                    help="eval_every of the part 2 jobs (default 100; --quick: 30)")
     p.add_argument("--skip-exchange", action="store_true", help="only part 2")
     p.add_argument("--skip-e2e", action="store_true", help="only part 1")
-    p.add_argument("--no-candidates", action="store_true",
-                   help="part 1 without the profile's candidate fixes (F), (G), (T)")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="extra Hydra override for both parts, e.g. --override topology=ring (repeatable)")
     p.add_argument("--out", type=Path, default=None,
@@ -165,42 +160,6 @@ class BareExchange:
         MPI.Request.Waitall(requests)
 
 
-class CandidateExchange:
-    """Profile only, not the runner: what a fix would cost.  (F) the sent rows are packed with
-    ``np.take(..., mode="clip")`` (the default ``mode="raise"`` with ``out=`` copies through a temporary
-    buffer), and the received rows land in one preallocated ``[received, P]`` block (the receive buffers are
-    row slices of it), so there is no ``np.concatenate``: the mixing would take
-    ``W[mine, mine] @ rows + W[mine, received] @ block``.  (G) the same, waiting as a heartbeat needs: spin on
-    ``Testall`` for ``spin`` seconds, then poll with 0.1 ms sleeps as ``wait_all`` does."""
-
-    def __init__(self, comm, plan, num_params: int, on_wait=None, spin: float = 2e-4):
-        self.comm, self.plan, self.on_wait, self.spin = comm, plan, on_wait, spin
-        self.peers = sorted(plan.recv_workers)
-        counts = [len(plan.recv_workers[p]) for p in self.peers]
-        self.block = np.empty((sum(counts), num_params), np.float32)
-        bounds = np.concatenate([[0], np.cumsum(counts)])
-        self.recv = [(p, self.block[bounds[i]:bounds[i + 1]]) for i, p in enumerate(self.peers)]
-        self.send = [(p, np.empty((len(plan.send_rows[p]), num_params), np.float32)) for p in sorted(plan.send_rows)]
-
-    def exchange(self, rows, iteration: int) -> np.ndarray:
-        from mpi4py import MPI
-
-        tag = iteration % 32000
-        requests = [self.comm.Irecv(buffer, source=p, tag=tag) for p, buffer in self.recv]
-        for p, buffer in self.send:
-            np.take(rows, self.plan.send_rows[p], axis=0, out=buffer, mode="clip")
-            requests.append(self.comm.Isend(buffer, dest=p, tag=tag))
-        if self.on_wait is None:
-            MPI.Request.Waitall(requests)
-        else:
-            deadline = time.perf_counter() + self.spin
-            while not MPI.Request.Testall(requests):
-                self.on_wait()
-                if time.perf_counter() > deadline:
-                    time.sleep(1e-4)
-        return self.block
-
-
 class FreshBareExchange(BareExchange):
     """(A′): (A) with its send buffers rewritten in place (``*= 1``, in cache) before each
     exchange -- the data a run sends was just written by the sender (so, most likely, the receiver's copy
@@ -212,53 +171,7 @@ class FreshBareExchange(BareExchange):
         super().exchange(rows, iteration)
 
 
-class WaitingBeat:
-    """For (T): a daemon thread that calls ``heartbeat.waiting()`` every ``period`` seconds while the main
-    thread is inside ``wait`` -- a blocking ``Waitall`` (mpi4py releases the GIL in it).  A rank stuck in its
-    own computation is not inside ``wait`` and falls silent, as now; a rank blocked on a peer keeps beating."""
-
-    def __init__(self, heartbeat, period: float = 0.25):
-        import threading
-
-        self.heartbeat, self.period, self.inside = heartbeat, period, False
-        threading.Thread(target=self._run, daemon=True, name="bench-waiting-beat").start()
-
-    def _run(self):
-        while True:
-            time.sleep(self.period)
-            if self.inside:
-                self.heartbeat.waiting()
-
-    def wait(self, requests) -> None:
-        from mpi4py import MPI
-
-        self.inside = True
-        try:
-            MPI.Request.Waitall(requests)
-        finally:
-            self.inside = False
-
-
-class ThreadBeatExchange(CandidateExchange):
-    """(T), profile only: (F) whose wait is ``WaitingBeat.wait``: the bare ``Waitall`` with the heartbeat kept."""
-
-    def __init__(self, comm, plan, num_params: int, beat: WaitingBeat):
-        super().__init__(comm, plan, num_params)
-        self.beat = beat
-
-    def exchange(self, rows, iteration: int) -> np.ndarray:
-        tag = iteration % 32000
-        requests = [self.comm.Irecv(buffer, source=p, tag=tag) for p, buffer in self.recv]
-        for p, buffer in self.send:
-            np.take(rows, self.plan.send_rows[p], axis=0, out=buffer, mode="clip")
-            requests.append(self.comm.Isend(buffer, dest=p, tag=tag))
-        self.beat.wait(requests)
-        return self.block
-
-
-STACKED = ("B", "H")  # variants that return [mine rows, received rows]
-KEYS = {"A": "bare", "A′": "bare_fresh", "B": "exchange", "H": "heartbeat", "F": "candidate",
-        "G": "candidate_heartbeat", "T": "candidate_thread"}
+KEYS = {"A": "bare", "A′": "bare_fresh", "B": "exchange", "H": "heartbeat"}
 
 
 def exchange_worker(args) -> int:
@@ -279,17 +192,6 @@ def exchange_worker(args) -> int:
     groups = worker_groups(setup["num_workers"], size)
     plan = ExchangePlan.build(np.asarray(setup["adjacency"]), groups, rank)
     heartbeat = Heartbeat(Path(args.result).parent / "heartbeat", rank)  # interval 1 s, as in a job
-    polls = [0]
-
-    def beat():  # (H)'s on_wait: the runner's heartbeat, counting how often wait_all polls in vain
-        polls[0] += 1
-        heartbeat.waiting()
-
-    waiting_beat = None if args.no_candidates else WaitingBeat(heartbeat)
-    started = time.perf_counter()
-    for _ in range(200):
-        time.sleep(1e-4)
-    sleep_us = comm.allreduce(1e6 * (time.perf_counter() - started) / 200, op=MPI.MAX)  # what wait_all's sleep costs
     rng = np.random.default_rng(rank)
     counter = [0]
 
@@ -312,23 +214,20 @@ def exchange_worker(args) -> int:
         return comm.allreduce((time.perf_counter() - started) / iterations, op=MPI.MAX)
 
     cases = []
+    num_workers = setup["num_workers"]
     for num_params in args.params:
         rows = rng.standard_normal((len(plan.mine), num_params)).astype(np.float32)
         bare = BareExchange(comm, plan, num_params, rows)
-        runner = NeighbourExchange(comm, plan, num_params)
+        runner = NeighbourExchange(comm, plan, num_workers, num_params)
         variants = {"A": bare.exchange, "A′": FreshBareExchange(comm, plan, num_params, rows).exchange,
-                    "B": runner.exchange, "H": NeighbourExchange(comm, plan, num_params, on_wait=beat).exchange}
-        if not args.no_candidates:
-            variants["F"] = CandidateExchange(comm, plan, num_params).exchange
-            variants["G"] = CandidateExchange(comm, plan, num_params, on_wait=heartbeat.waiting).exchange
-            variants["T"] = ThreadBeatExchange(comm, plan, num_params, waiting_beat).exchange
+                    "B": runner.exchange,
+                    "H": NeighbourExchange(comm, plan, num_workers, num_params, on_wait=heartbeat.waiting).exchange}
         bare.exchange(rows, 0)  # every variant receives exactly the rows (A) receives
-        received = [buffer for _, buffer in bare.recv]
-        for name, fn in variants.items():
-            if name not in ("A", "A′"):
-                got = fn(rows, 1)
-                got = got[len(plan.mine):] if name in STACKED else got
-                assert np.array_equal(got, np.concatenate(received)), f"({name}) moved other rows than (A)"
+        received = np.concatenate([buffer for _, buffer in bare.recv])
+        for name in ("B", "H"):
+            block = variants[name](rows, 1)
+            assert np.array_equal(block[plan.columns[len(plan.mine):]], received), f"({name}) moved other rows"
+            assert np.array_equal(block[plan.mine], rows), f"({name}) misplaced the own rows"
         loads = [os.getloadavg()[0]]
         warm = max(5, min(200, int(2e7 / (num_params * 16))))
         for fn in variants.values():
@@ -336,29 +235,16 @@ def exchange_worker(args) -> int:
         probe = med([timed(fn, rows, warm)[0] for fn in variants.values()])  # the median variant's time
         iterations = comm.bcast(int(min(20000, max(10, args.seconds / max(probe, 1e-7)))), root=0)
         measured = {name: [] for name in variants}
-        polls[0] = 0
         for rep in range(args.reps):
             order = list(variants) if rep % 2 == 0 else list(variants)[::-1]
             for name in order:
                 measured[name].append(timed(variants[name], rows, iterations))
             loads.append(os.getloadavg()[0])
-        polls_per_iteration = comm.allreduce(polls[0], op=MPI.MAX) / (args.reps * iterations)
 
-        # Where (B) spends its time beyond (A): packing the sent rows and stacking the known rows (no MPI).
-        def pack():
-            for peer, buffer in runner.send.items():
-                np.take(rows, plan.send_rows[peer], axis=0, out=buffer)
+        def place():  # (B)'s only copy outside MPI: the own rows into the mixing block
+            runner.block[runner.mine] = rows
 
-        def pack_clip():
-            for peer, buffer in runner.send.items():
-                np.take(rows, plan.send_rows[peer], axis=0, out=buffer, mode="clip")
-
-        def stack():
-            np.concatenate([rows, *[runner.recv[p] for p in runner.peers]])
-
-        pack_s = med([local_time(pack, iterations) for _ in range(3)])
-        pack_clip_s = med([local_time(pack_clip, iterations) for _ in range(3)])
-        stack_s = med([local_time(stack, iterations) for _ in range(3)])
+        place_s = med([local_time(place, iterations) for _ in range(3)])
         sent = comm.allreduce(sum(len(r) for r in plan.send_rows.values()))
         messages = comm.allreduce(len(plan.send_rows))
         if rank == 0:
@@ -369,8 +255,9 @@ def exchange_worker(args) -> int:
                 "rows_sent": int(sent), "messages": int(messages),
                 "bytes_per_iteration": int(sent * num_params * 4), "iterations": iterations, "reps": args.reps,
                 "bandwidth_gb_s": sent * num_params * 4 / med(m["A"][:, 0]) / 1e9,
-                "pack_us": 1e6 * pack_s, "pack_clip_us": 1e6 * pack_clip_s, "stack_us": 1e6 * stack_s,
-                "polls_per_iteration": polls_per_iteration, "sleep_1e-4_us": sleep_us,
+                "place_us": 1e6 * place_s,
+                "messages_us": 1e6 * (med(m["H"][:, 0]) - place_s),
+                "ratio_messages": (med(m["H"][:, 0]) - place_s) / med(m["A"][:, 0]),
                 "loadavg_1min": loads, "topology": setup["topology"], "num_workers": setup["num_workers"],
                 "mean_degree": setup["mean_degree"],
             }
@@ -433,7 +320,6 @@ def part_exchange(args, scratch: Path) -> tuple[list[dict], dict]:
         command = ["mpiexec", "-n", str(ranks), sys.executable, str(Path(__file__).resolve()), "--worker",
                    "exchange", "--result", str(result), "--params", ",".join(map(str, args.params)),
                    "--reps", str(args.reps), "--seconds", str(args.seconds)]
-        command += ["--no-candidates"] if args.no_candidates else []
         command += [f"--override={o}" for o in args.override]
         print(f"$ {shlex.join(command[:4])} bench/bench_mpi.py --worker exchange ...", flush=True)
         done, seconds = run_child(command, REPO, timeout=1800)
@@ -539,22 +425,17 @@ def markdown(cases: list[dict], e2e: dict | None) -> str:
                 f"{fmt(c['ratio'])} | **{fmt(c['ratio_heartbeat'])}**{flag} | "
                 f"{fmt(c['ratio_fresh_heartbeat'])} | "
                 f"{fmt(c['ratio_fresh'])} | {fmt(c['ratio_heartbeat_cpu'])} | {fmt(max(c['loadavg_1min']), 1)} |")
-        lines += ["", "Where the time goes (µs per iteration; F, G and T are candidate fixes measured in the same "
-                  "interleaving, not the runner):", "",
-                  "| R | P | A′/A | B − A′ | pack: np.take out= | same, mode=clip | stack: np.concatenate | H − B | "
-                  "vain polls / it (H) | F: clip, no stack | F/A′ | G: F + spin, then sleep | G/A′ | "
-                  "T: F + Waitall, beat thread | T/A′ | **T/A** |",
-                  "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+        lines += ["", "Where (H) spends its time beyond (A), µs per iteration. The messages are (H) without the "
+                  "own-row copy (place), which the mixing product needs and a bare exchange does not do:", "",
+                  "| R | P | A′/A | B − A | place: own rows into the block | H − B | messages: H − place | "
+                  "**(H − place)/A** |",
+                  "|--:|--:|--:|--:|--:|--:|--:|--:|"]
         for c in cases:
             lines.append(
                 f"| {c['ranks']} | {c['num_params']} | {fmt(c['ratio_bare_fresh'])} | "
-                f"{fmt(c['exchange_us'] - c['bare_fresh_us'], 1)} | {fmt(c['pack_us'], 1)} | "
-                f"{fmt(c['pack_clip_us'], 1)} | {fmt(c['stack_us'], 1)} | "
-                f"{fmt(c['heartbeat_us'] - c['exchange_us'], 1)} | {fmt(c['polls_per_iteration'], 1)} | "
-                f"{fmt(c.get('candidate_us'), 1)} | {fmt(c.get('ratio_fresh_candidate'))} | "
-                f"{fmt(c.get('candidate_heartbeat_us'), 1)} | {fmt(c.get('ratio_fresh_candidate_heartbeat'))} | "
-                f"{fmt(c.get('candidate_thread_us'), 1)} | {fmt(c.get('ratio_fresh_candidate_thread'))} | "
-                f"**{fmt(c.get('ratio_candidate_thread'))}** |")
+                f"{fmt(c['exchange_us'] - c['bare_us'], 1)} | {fmt(c['place_us'], 1)} | "
+                f"{fmt(c['heartbeat_us'] - c['exchange_us'], 1)} | {fmt(c['messages_us'], 1)} | "
+                f"**{fmt(c['ratio_messages'])}** |")
     if e2e:
         if lines:
             lines.append("")

@@ -93,6 +93,7 @@ class ProtocolConfig:
 class RunnerConfig:
     name: str = "local"
     chunk: int = 64  # iterations whose timing, weights and batches are prepared at once
+    threads: int = 1  # TF threads per process (per rank); part of the numbers (tf_setup.use_threads)
     # runner=mpi only
     ranks: int = 0  # 0 = min(num_workers, cores)
     clock: str = "virtual"
@@ -312,6 +313,7 @@ def validate(cfg: RunConfig):
     _choice("protocol.sync", cfg.protocol.sync, SYNC_MODES)
     _choice("runner.name", cfg.runner.name, RUNNERS)
     _at_least("runner.chunk", cfg.runner.chunk, 1)
+    _at_least("runner.threads", cfg.runner.threads, 1)
     _validate_runner(cfg)
     _choice("logger.name", cfg.logger.name, LOGGERS)
     _choice("logger.mode", cfg.logger.mode, LOGGER_MODES)
@@ -362,6 +364,12 @@ def _validate_runner(cfg: RunConfig) -> None:
     _at_least("runner.ranks", runner.ranks, 0)
     if runner.ranks > cfg.num_workers:
         raise ConfigError("runner.ranks", runner.ranks, f"allowed range 0..{cfg.num_workers} (num_workers; 0 = auto)")
+    if runner.fault != "none":
+        from .mpi.launch import resolve_ranks
+
+        highest = resolve_ranks(cfg) - 1
+        if not 0 <= runner.fault_rank <= highest:
+            raise ConfigError("runner.fault_rank", runner.fault_rank, f"allowed range 0..{highest} (a rank of the job)")
     if runner.clock == "wall" and runner.ranks not in (0, cfg.num_workers):
         raise ConfigError("runner.ranks", runner.ranks,
                           f"the wall clock runs one worker per rank: use 0 or {cfg.num_workers}")

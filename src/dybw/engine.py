@@ -25,7 +25,7 @@ from .policies import make_policy
 from .protocol import Protocol, TimingChunk
 from .sampling import BatchSampler
 from .stragglers import DelaySampler
-from .tf_setup import import_tensorflow
+from .tf_setup import import_tensorflow, use_threads
 
 
 class Diverged(DybwError):
@@ -219,6 +219,7 @@ class LocalEngine:
         self.cfg = cfg
         self.workers = np.arange(cfg.num_workers) if workers is None else np.asarray(workers)
         self.schedule = Schedule(cfg, graph, dataset.shards, self.workers)
+        use_threads(cfg.runner.threads)
         self.trainer = BatchedTrainer(network, dataset, cfg.algo.update, cfg.model.weight_decay,
                                       network.initial_params(cfg.model_seed), len(self.workers))
         self.timeline = Timeline(cfg.iterations, cfg.num_workers, graph.degrees)

@@ -1,8 +1,9 @@
-"""Import TensorFlow quietly and deterministically (one place, before any other TF import)."""
+"""Import TensorFlow quietly and deterministically, and size its thread pools (one place for both)."""
 
 from __future__ import annotations
 
 import os
+import warnings
 
 
 def import_tensorflow():
@@ -13,3 +14,31 @@ def import_tensorflow():
 
     tf.get_logger().setLevel("ERROR")
     return tf
+
+
+def usable_cores() -> int:
+    """CPUs this process may run on (its affinity mask, which cluster schedulers set; else all)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def use_threads(threads: int) -> None:
+    """Run TensorFlow's kernels on ``threads`` threads in this process.
+
+    The count is part of the numbers, not only of the speed: Eigen splits a long contraction (the weight
+    gradient sums over the minibatch) across threads, and a different split rounds differently.  So
+    ``runner.threads`` is fixed (1 by default) and equal in every process of a job, and runner=local
+    and runner=mpi agree bit for bit on any machine.  Pools are created with TF's first operation; after
+    that the count cannot change, and a different request only warns.
+    """
+    tf = import_tensorflow()
+    if tf.config.threading.get_intra_op_parallelism_threads() == threads:
+        return
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    except RuntimeError:
+        warnings.warn(f"runner.threads={threads}: TensorFlow already runs in this process with its thread pools "
+                      f"sized; results may differ in the last bits from a fresh process", stacklevel=2)

@@ -44,6 +44,16 @@ def test_virtual_clock_matches_the_local_backend_bit_for_bit(tmp_path, ranks, al
     assert not (tmp_path / "mpi" / ".mpi" / "job.json").read_text() == ""
 
 
+@pytest.mark.slow
+def test_virtual_clock_matches_the_local_backend_at_paper_size(tmp_path):
+    """MNIST, the default mlp, 16 workers, batch 1024: the shapes at which a batched step or a different
+    thread count round differently (engine.BatchedTrainer._adapted, tf_setup.use_threads)."""
+    common = ["dataset=mnist", "logger=none", "progress=false", "iterations=20", "eval_every=10"]
+    run_config(common, tmp_path / "local")
+    run_config(common + ["runner=mpi", "runner.ranks=2"], tmp_path / "mpi")
+    pd.testing.assert_frame_equal(metrics(tmp_path / "local"), metrics(tmp_path / "mpi"), check_exact=True)
+
+
 @pytest.mark.parametrize("algo", ["cb_full", "cb_static", "cb_dybw"])
 def test_wall_clock_durations_match_the_virtual_clock(tmp_path, algo):
     """Delays >= 20 ms, 4 ranks: the measured mean iteration within 10 % of the virtual clock's."""

@@ -27,3 +27,4 @@ def world_size_from_environment() -> int:
         if value and value.isdigit():
             return int(value)
     return 1
+

@@ -35,11 +35,13 @@ class RankFailure(DybwError):
 
 def resolve_ranks(cfg) -> int:
     """``runner.ranks`` (0 = min(N, cores)); the wall clock runs one worker per rank."""
+    from ..tf_setup import usable_cores
+
     if cfg.runner.clock == "wall":
         return cfg.num_workers
     if cfg.runner.ranks > 0:
         return cfg.runner.ranks
-    return max(1, min(cfg.num_workers, os.cpu_count() or 1))
+    return max(1, min(cfg.num_workers, usable_cores()))
 
 
 def launch_command(cfg, job_dir: Path) -> list[str]:
