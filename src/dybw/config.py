@@ -357,8 +357,9 @@ def schema_keys(key: str) -> tuple[str, list[str], bool]:
 
 def _validate_runner(cfg: RunConfig) -> None:
     runner = cfg.runner
-    if cfg.resume and runner.name != "local":
-        raise ConfigError("resume", cfg.resume, "resuming from a checkpoint is supported by runner=local only")
+    if cfg.resume and runner.clock == "wall":
+        raise ConfigError("resume", cfg.resume, "wall-clock runs are measurements and are not checkpointed: "
+                                                "resume needs runner.clock=virtual")
     _choice("runner.clock", runner.clock, CLOCKS)
     _choice("runner.fault", runner.fault, FAULTS)
     _at_least("runner.ranks", runner.ranks, 0)

@@ -243,6 +243,7 @@ class LocalEngine:
         params = self.gather_params()
         if params is None:
             return None
+        self.evaluated_params = params  # what the checkpoint after this evaluation saves
         row = self.trainer.evaluate(self.trainer.tf.constant(params))
         if not row["finite"]:
             rows = np.asarray(params)
@@ -265,18 +266,19 @@ class LocalEngine:
         """Everything needed to continue after iteration ``chunk.first + t`` exactly as if never stopped.
 
         The random streams are position-addressed (delays and batches skip to iteration k), so the
-        parameters, the clock's state and the timeline so far are the whole state.
+        parameters, the clock's state and the timeline so far are the whole state.  Called where
+        evaluations happen, right after one: the parameters are all N rows gathered for it.
         """
         done = chunk.timing.first + t + 1
         state = {f"timeline_{name}": values[:done] for name, values in self.timeline.columns.items()}
         state.update({f"clock_{key}": value for key, value in self.schedule.protocol.state_after(chunk.timing, t).items()})
-        state.update(iteration=done, params=self.trainer.params.numpy(), timeline_end=self.timeline.end[:done])
+        state.update(iteration=done, params=np.asarray(self.evaluated_params), timeline_end=self.timeline.end[:done])
         return state
 
     def restore(self, state) -> int:
         """Continue from a :meth:`checkpoint`; returns the number of iterations already done."""
         done = int(state["iteration"])
-        self.trainer.params = self.trainer.tf.constant(np.asarray(state["params"], dtype=np.float32))
+        self.trainer.params = self.trainer.tf.constant(np.asarray(state["params"], dtype=np.float32)[self.workers])
         self.schedule.protocol.restore({key: state[f"clock_{key}"] for key in ("next_start", "last_end", "iteration")})
         self.schedule.next_iteration = done
         for name, values in self.timeline.columns.items():

@@ -171,7 +171,8 @@ def run_job(cfg, graph, job_dir: Path, resolved: dict, digest: str, make_engine=
                 logged = done
                 tracker.log_evaluation(row)
 
-        resume_from = read_checkpoint(job_dir, digest) if cfg.resume and not cfg.force and writes else None
+        # Every MPI rank reads the checkpoint (its rows of the parameters, the clock); only rank 0 writes.
+        resume_from = read_checkpoint(job_dir, digest) if cfg.resume and not cfg.force else None
         if resume_from is not None:
             writer.restore_metrics(int(resume_from["iteration"]))
             progress.advance(int(resume_from["iteration"]), float(resume_from["clock_last_end"]))

@@ -64,10 +64,19 @@ def atomic_write_json(path: Path, data: dict) -> None:
     atomic_write_text(path, json.dumps(_jsonable(data), indent=2, sort_keys=False) + "\n")
 
 
+# How a job is executed, not what it computes: runner=local and runner=mpi (virtual clock) give the same
+# bits for any ranks and chunk, so a job completed or checkpointed by one backend is the other's too.
+# runner.clock and runner.threads do change the numbers and stay in the hash.
+EXECUTION_ONLY_RUNNER_KEYS = {"name", "ranks", "chunk", "launcher", "timeout_s", "startup_timeout_s", "fault",
+                              "fault_rank", "fault_iteration"}
+
+
 def config_hash(resolved_config: dict) -> str:
-    """Short hash of the resolved config minus keys that do not change results (progress, force, ...)."""
+    """Short hash of the resolved config minus keys that do not change results (progress, force, runner=...)."""
     ignored = {"progress", "force", "logger", "resume", "data_dir"}  # data files are MD5-verified anyway
     relevant = {k: v for k, v in resolved_config.items() if k not in ignored}
+    if isinstance(relevant.get("runner"), dict):
+        relevant["runner"] = {k: v for k, v in relevant["runner"].items() if k not in EXECUTION_ONLY_RUNNER_KEYS}
     return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -120,3 +121,22 @@ def test_a_rank_killed_with_sigkill_is_named_and_nothing_is_left(tmp_path):
     assert _no_rank_left(job_dir)
     summary = pd.read_json(job_dir / "summary.json", typ="series")
     assert summary["status"] == "failed"
+
+
+@pytest.mark.parametrize("resume_runner", [["runner=mpi", "runner.ranks=2"], ["runner=local"]])
+def test_a_cut_off_mpi_job_resumes_from_its_checkpoint_with_the_uninterrupted_numbers(tmp_path, resume_runner):
+    """Rank 1 dies after iteration 24; the checkpoint of iteration 20 continues the job -- on MPI, or on
+    the local backend, since both compute the same bits -- to the uninterrupted run's files."""
+    common = SMALL + ["iterations=40", "eval_every=10"]
+    mpi = ["runner=mpi", "runner.ranks=2"]
+    run_config(common + mpi, tmp_path / "whole")
+    with pytest.raises(Exception, match="rank 1"):
+        run_config(common + mpi + ["runner.fault=exit", "runner.fault_iteration=25"], tmp_path / "cut")
+    with np.load(tmp_path / "cut" / "checkpoint.npz") as checkpoint:
+        assert int(checkpoint["iteration"]) == 20
+    resumed = run_config(common + resume_runner + ["resume=true"], tmp_path / "cut")
+    assert resumed["status"] == "completed" and resumed["iterations"] == 40
+    pd.testing.assert_frame_equal(metrics(tmp_path / "cut"), metrics(tmp_path / "whole"), check_exact=True)
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "cut" / "timeline.parquet"),
+                                  pd.read_parquet(tmp_path / "whole" / "timeline.parquet"))
+    assert not (tmp_path / "cut" / "checkpoint.npz").exists()

@@ -52,6 +52,10 @@ class MpiVirtualEngine(LocalEngine):
             self.on_iteration(self._iteration)
         return losses.numpy()
 
+    def restore(self, state) -> int:
+        self._iteration = super().restore(state)  # message tags and heartbeats go on from there
+        return self._iteration
+
     def _first_non_finite(self, losses):
         from mpi4py import MPI
 
