@@ -12,6 +12,7 @@ from pathlib import Path
 import hydra
 
 from dybw.cli import FAILED_JOBS, fail, prevalidate, register_resolvers, run_hydra_job
+from dybw.errors import Terminated, interruption
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 
@@ -21,17 +22,18 @@ def main(cfg):
     return run_hydra_job(cfg)
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt  # SIGTERM (a cluster's scheduler) ends a run like Ctrl-C: flushed, 'interrupted'
+def _terminate(signum, frame):
+    raise Terminated  # a cluster scheduler's stop ends a run like Ctrl-C: flushed, 'interrupted'
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, _terminate)
     prevalidate(sys.argv[1:], CONF_DIR)
     register_resolvers()
     try:
         main()
-    except KeyboardInterrupt:
-        fail("interrupted: measured results were flushed, status 'interrupted'", code=130)
+    except KeyboardInterrupt as stop:
+        fail(f"{interruption(stop)}: measured results were flushed, status 'interrupted'",
+             code=128 + (signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT))
     if FAILED_JOBS:
         sys.exit(1)

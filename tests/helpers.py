@@ -12,8 +12,10 @@ from dybw.results import config_hash
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
-TINY = ["dataset=synthetic", "model=logreg", "logger=none", "num_workers=4", "iterations=6", "eval_every=3", "progress=false",
-        "dataset.num_train=512", "dataset.num_test=128", "dataset.batch_size=16"]
+# runner=local: a tiny job in this process takes a fraction of a second, where the default runner=mpi
+# starts MPI ranks (seconds); tests/mpi compares the two (same bits) and the README's command runs on MPI.
+TINY = ["dataset=synthetic", "model=logreg", "logger=none", "runner=local", "num_workers=4", "iterations=6",
+        "eval_every=3", "progress=false", "dataset.num_train=512", "dataset.num_test=128", "dataset.batch_size=16"]
 
 
 def compose(overrides: list[str]):

@@ -427,7 +427,7 @@ def valid_run(draw, algo: str):
     rnd = random.Random(f"{algo}-{draw(st.integers(0, 2 ** 32 - 1))}")
     n = rnd.randint(2, 6)
     iterations = rnd.randint(1, 5)
-    overrides = ["dataset=synthetic", "logger=none", "progress=false", ov("num_workers", n),
+    overrides = ["dataset=synthetic", "logger=none", "progress=false", "runner=local", ov("num_workers", n),
                  ov("iterations", iterations), ov("eval_every", rnd.randint(1, 5)),
                  ov("seed", rnd.randint(0, 2 ** 40)), ov("data_seed", rnd.randint(0, 1000)),
                  ov("model_seed", rnd.randint(0, 1000))]
@@ -502,7 +502,7 @@ def test_random_valid_tiny_runs_end_with_a_valid_status(algo, data):
 def test_divergence_found_in_the_parameters_names_the_iteration_and_the_worker(tmp_path):
     """The case the random runs first found: with one iteration the NaN never reaches a loss, only the
     parameters the final evaluation sees (the message named no worker before the fix)."""
-    overrides = ["dataset=synthetic", "model=logreg", "logger=none", "progress=false", "num_workers=3",
+    overrides = ["dataset=synthetic", "model=logreg", "logger=none", "progress=false", "runner=local", "num_workers=3",
                  "iterations=1", "algo=cb_full", "algo.eta0=1e40", "dataset.num_train=256", "dataset.num_test=32",
                  "dataset.batch_size=4"]
     with pytest.raises(Diverged, match=r"iteration \d+: worker \d+") as error:

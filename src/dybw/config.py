@@ -91,7 +91,7 @@ class ProtocolConfig:
 
 @dataclass
 class RunnerConfig:
-    name: str = "local"
+    name: str = "mpi"
     chunk: int = 64  # iterations whose timing, weights and batches are prepared at once
     threads: int = 1  # TF threads per process (per rank); part of the numbers (tf_setup.use_threads)
     # runner=mpi only
@@ -381,6 +381,14 @@ def _validate_runner(cfg: RunConfig) -> None:
             raise ConfigError(f"runner.{name}", getattr(runner, name), "must be > 0 seconds")
     if not runner.launcher:
         raise ConfigError("runner.launcher", runner.launcher, "must name a launcher, e.g. [mpiexec, -n, '{ranks}']")
+    if runner.name == "mpi":
+        from .mpi import world_size_from_environment
+        from .mpi.launch import find_launcher
+
+        if world_size_from_environment() == 1 and find_launcher(str(runner.launcher[0])) is None:
+            raise ConfigError("runner.launcher", runner.launcher,
+                              f"{runner.launcher[0]!r} is not on PATH: pip install mpich provides mpiexec "
+                              f"(or run with runner=local)")
 
 
 def load(plain: dict) -> RunConfig:

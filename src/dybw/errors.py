@@ -19,3 +19,13 @@ class ConfigError(DybwError):
 
 class DataError(DybwError):
     """A dataset file is missing, corrupted or cannot be downloaded."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a cluster scheduler's stop), raised where the run is so that it ends like Ctrl-C:
+    measured results flushed, status ``interrupted`` -- but named as what it was, exit code 143."""
+
+
+def interruption(error: KeyboardInterrupt) -> str:
+    """The summary's message for a run stopped by ``error`` (Ctrl-C or SIGTERM)."""
+    return "interrupted by SIGTERM" if isinstance(error, Terminated) else "interrupted by the user (SIGINT)"

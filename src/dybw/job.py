@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from .engine import Diverged, LocalEngine
+from .errors import interruption
 from .models import build_network
 from .results import CHECKPOINT, ResultsWriter, read_checkpoint, read_summary, write_checkpoint
 
@@ -188,8 +189,8 @@ def run_job(cfg, graph, job_dir: Path, resolved: dict, digest: str, make_engine=
     except Diverged as error:
         status, message = "diverged", str(error)
         raise
-    except KeyboardInterrupt:
-        status, message = "interrupted", "interrupted by the user (SIGINT)"
+    except KeyboardInterrupt as error:
+        status, message = "interrupted", interruption(error)
         raise
     except BaseException as error:
         message = f"{type(error).__name__}: {error}"

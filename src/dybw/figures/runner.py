@@ -7,6 +7,7 @@ A job whose ``summary.json`` says ``completed`` with the same config hash is nev
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 import warnings
@@ -53,6 +54,9 @@ def run_one(job: Job, results: Path) -> tuple[dict | None, str]:
             else:
                 from ..job import run_job
 
+                # In this process (one TF start-up for the whole sweep), i.e. the local backend, whatever
+                # runner the config names: runner=mpi computes the same bits, and the hash ignores it.
+                cfg = dataclasses.replace(cfg, runner=dataclasses.replace(cfg.runner, name="local"))
                 summary = run_job(cfg, graph, job_dir, job.plain, job.digest)
         notes = sorted({str(w.message) for w in caught if "clamped" in str(w.message)})
         note = "; ".join(notes)

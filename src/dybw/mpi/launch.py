@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..errors import DybwError
+from ..errors import DybwError, interruption
 from ..results import atomic_write_json
 from .health import HOST, mpi_dir, read_errors, read_heartbeats
 
@@ -44,13 +44,24 @@ def resolve_ranks(cfg) -> int:
     return max(1, min(cfg.num_workers, usable_cores()))
 
 
+def find_launcher(program: str) -> str | None:
+    """The launcher's executable: first beside this Python (where ``pip install mpich`` puts ``mpiexec``,
+    matching the MPI mpi4py uses, even in an environment that is not activated), then on PATH."""
+    if "/" not in program:
+        beside = Path(sys.executable).parent / program
+        if beside.is_file() and os.access(beside, os.X_OK):
+            return str(beside)
+    return shutil.which(program)
+
+
 def launch_command(cfg, job_dir: Path) -> list[str]:
     ranks = resolve_ranks(cfg)
     launcher = [part.format(ranks=ranks) for part in cfg.runner.launcher]
-    if launcher and shutil.which(launcher[0]) is None:
+    program = find_launcher(launcher[0])
+    if program is None:
         raise DybwError(f"runner.launcher={cfg.runner.launcher!r} is invalid: {launcher[0]!r} is not on PATH "
-                        f"(pip install mpich provides mpiexec)")
-    return [*launcher, sys.executable, "-m", "dybw.mpi", str(job_dir)]
+                        f"(pip install mpich provides mpiexec; runner=local needs no MPI)")
+    return [program, *launcher[1:], sys.executable, "-m", "dybw.mpi", str(job_dir)]
 
 
 class _Forwarder(threading.Thread):
@@ -160,7 +171,7 @@ def _silent_rank(beats: dict, ranks: int, started: float, timeout_s: float, star
             continue
         silence = now - (beat["time"] if beat is not None else started)
         if silence > limit:
-            where = f"at iteration {beat['iteration']}" if beat is not None and beat["iteration"] >= 0 \
+            where = f"last heartbeat at iteration {beat['iteration']}" if beat is not None and beat["iteration"] >= 0 \
                 else "while starting"
             name = "runner.timeout_s" if started_iterating else "runner.startup_timeout_s"
             return f"rank {rank} sent no heartbeat for {silence:.0f} s ({where}); stopped after {name}={limit:g}"
@@ -187,7 +198,7 @@ def _dead_rank(process: subprocess.Popen, beats: dict, output, exits: list[int])
     first = next((r for r in exits if r in beats and not beats[r].get("finished")), None)
     if first is not None:
         beat = beats[first]
-        return f"rank {first} (pid {beat['pid']}) died during iteration {beat['iteration'] + 1}"
+        return f"rank {first} (pid {beat['pid']}) died (last heartbeat at iteration {beat['iteration']})"
     try:  # the launcher reports who terminated badly; give it a moment to say so
         process.wait(timeout=5)
     except subprocess.TimeoutExpired:
@@ -197,7 +208,7 @@ def _dead_rank(process: subprocess.Popen, beats: dict, output, exits: list[int])
     if rank is None:
         rank = min(dead, key=lambda r: beats[r]["time"])  # the others kept beating while waiting for it
     beat = beats[rank]
-    return f"rank {rank} (pid {beat['pid']}) died during iteration {beat['iteration'] + 1}"
+    return f"rank {rank} (pid {beat['pid']}) died (last heartbeat at iteration {beat['iteration']})"
 
 
 def watch(process: subprocess.Popen, job_dir: Path, ranks: int, timeout_s: float,
@@ -260,8 +271,8 @@ def launch_job(cfg, job_dir: Path, plain: dict, digest: str) -> dict:
     try:
         failure = watch(process, job_dir, ranks, cfg.runner.timeout_s, cfg.runner.startup_timeout_s,
                         lambda: forwarder.tail.decode(errors="replace"))
-    except KeyboardInterrupt:
-        failure = "interrupted by the user (SIGINT)"
+    except KeyboardInterrupt as error:
+        failure = interruption(error)
         raise
     finally:
         if process.poll() is None or failure:
