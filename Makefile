@@ -7,7 +7,7 @@ export DYBW_DATA_DIR ?= $(abspath ../shared/data)
 endif
 INSTALLED := .make/installed
 
-.PHONY: help install test test-fast run smoke bench report clean
+.PHONY: help install test test-fast run smoke bench bench-mpi report clean
 
 help:  ## show this help
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -32,6 +32,10 @@ smoke: $(INSTALLED)  ## a seconds-long run on the synthetic task
 
 bench: $(INSTALLED)  ## engine vs bare TF step; time per iteration vs N
 	$(PYTHON) bench/bench_engine.py
+
+bench-mpi: $(INSTALLED)  ## MPI exchange vs bare mpi4py; runner=mpi vs runner=local end to end (~3 min)
+	$(PYTHON) bench/bench_mpi.py
+	$(PYTHON) bench/bench_step_layout.py
 
 report: $(INSTALLED)  ## W&B report of an experiment (EXPERIMENT=name, default the latest); offline: what it would create
 	$(PYTHON) -m dybw.report $(if $(EXPERIMENT),--experiment $(EXPERIMENT))

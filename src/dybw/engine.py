@@ -1,8 +1,8 @@
-"""The local backend: all N workers in one process, vectorised, on the virtual clock.
+"""The local backend: all N workers in one process, in one TF program, on the virtual clock.
 
 Per iteration k (ATC; CTA swaps the two lines)::
 
-    Y = X - eta(k) * G(X)        one batched TF step for every worker's minibatch gradient
+    Y = X - eta(k) * G(X)        one XLA program for every worker's minibatch gradient step
     X = W(k) @ Y                 mixing as one [N, N] x [N, P] product
 
 The timing (virtual clock, used sets, W(k)) and the minibatch indices never depend on the model, so they
@@ -208,7 +208,7 @@ class RunOutcome:
 
 
 class LocalEngine:
-    """Runs one job: schedule chunks, batched TF steps, evaluations, timeline; reports via callbacks.
+    """Runs one job: schedule chunks, TF steps, evaluations, timeline; reports via callbacks.
 
     The MPI backend subclasses it and replaces how a step is taken (:meth:`_step`), how divergence is
     agreed on (:meth:`_first_non_finite`) and how the parameters reach the evaluating process

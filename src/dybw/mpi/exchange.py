@@ -116,12 +116,16 @@ class NeighbourExchange:
         self.sends = [(peer, rows_type(plan.send_rows[peer])) for peer in sorted(plan.send_rows)]
         row.Free()  # the row type lives on inside the types built from it
 
-    def exchange(self, rows: np.ndarray, iteration: int) -> np.ndarray:
-        """``rows`` = this rank's ``[len(mine), P]`` (C-contiguous, may be read-only); returns the block."""
+    def post(self, rows: np.ndarray, iteration: int) -> list:
+        """Start the iteration's receives (into the block) and sends (from ``rows``); returns the requests."""
         tag = iteration % TAG_MODULUS
         requests = [self.comm.Irecv([self.block, 1, rows_type], source=peer, tag=tag)
                     for peer, rows_type in self.receives]
-        requests += [self.comm.Isend([rows, 1, rows_type], dest=peer, tag=tag) for peer, rows_type in self.sends]
+        return requests + [self.comm.Isend([rows, 1, rows_type], dest=peer, tag=tag) for peer, rows_type in self.sends]
+
+    def exchange(self, rows: np.ndarray, iteration: int) -> np.ndarray:
+        """``rows`` = this rank's ``[len(mine), P]`` (C-contiguous, may be read-only); returns the block."""
+        requests = self.post(rows, iteration)
         self.block[self.mine] = rows  # while the messages move (MPI allows reading a send buffer)
         wait_all(requests, self.beat)
         return self.block
