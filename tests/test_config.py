@@ -245,6 +245,8 @@ def test_whiten_without_pca_is_rejected_up_front_as_by_load_dataset():
     (["seed=-3"], "seed", ">= 0"),
     (["target_loss=nan"], "target_loss", "finite"),
     (["experiment_name=''"], "experiment_name", "non-empty"),
+    (["experiment_name=../elsewhere"], "experiment_name", "'..' parts"),
+    (["experiment_name=/tmp/x"], "experiment_name", "relative"),
     (["topology=ring", "algo=cb_static", "algo.b=2"], "algo.b", "allowed range 0..1"),
     (["topology=ring", "algo.min_neighbors=3"], "algo.min_neighbors", "allowed range 1..2"),
     (["topology.p=0"], "topology.p", "(0, 1]"),

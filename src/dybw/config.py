@@ -257,9 +257,12 @@ def validate(cfg: RunConfig):
     _in_range("target_accuracy", cfg.target_accuracy, 0.0, 1.0, low_open=True)
     if cfg.target_loss is not None and not math.isfinite(cfg.target_loss):
         raise ConfigError("target_loss", cfg.target_loss, "must be a finite number or null")
-    if not cfg.experiment_name.strip():
+    # results/<experiment_name>/ must stay inside results/: nested names (a/b) are fine, escapes are not.
+    parts = cfg.experiment_name.split("/")
+    if not cfg.experiment_name.strip() or any(part in ("", ".", "..") or "\0" in part for part in parts):
         raise ConfigError("experiment_name", cfg.experiment_name,
-                          "must be a non-empty name (results go to results/<experiment_name>/)")
+                          "must be a non-empty relative name (a or a/b) without '.' or '..' parts "
+                          "(results go to results/<experiment_name>/)")
 
     algo = cfg.algo
     _choice("algo.name", algo.name, ALGORITHMS)
