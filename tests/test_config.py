@@ -286,3 +286,18 @@ def test_validation_does_not_touch_the_dataset_files(monkeypatch, tmp_path):
     for name in ("mnist", "cifar10"):
         validate(compose([f"dataset={name}"])[0])
     assert not (tmp_path / "nothing-here").exists()
+
+
+def test_the_config_hash_names_the_numbers_not_how_they_are_executed():
+    """runner=local and runner=mpi (any ranks, chunk, launcher) compute the same bits: same hash, so a job
+    completed or checkpointed by one backend is the other's.  Threads and the clock change the numbers."""
+    from dybw.results import config_hash
+
+    def digest(overrides):
+        return config_hash(compose(overrides)[1])
+
+    local = digest(["runner=local"])
+    assert digest(["runner=mpi"]) == local
+    assert digest(["runner=mpi", "runner.ranks=3", "runner.chunk=8", "runner.timeout_s=5"]) == local
+    assert digest(["runner=local", "runner.threads=2"]) != local
+    assert digest(["runner=mpi", "runner.clock=wall", "num_workers=4"]) != digest(["runner=local", "num_workers=4"])

@@ -134,8 +134,12 @@ def test_a_cut_off_mpi_job_resumes_from_its_checkpoint_with_the_uninterrupted_nu
         run_config(common + mpi + ["runner.fault=exit", "runner.fault_iteration=25"], tmp_path / "cut")
     with np.load(tmp_path / "cut" / "checkpoint.npz") as checkpoint:
         assert int(checkpoint["iteration"]) == 20
+    before = pd.read_csv(tmp_path / "cut" / "metrics.csv")
     resumed = run_config(common + resume_runner + ["resume=true"], tmp_path / "cut")
     assert resumed["status"] == "completed" and resumed["iterations"] == 40
+    after = pd.read_csv(tmp_path / "cut" / "metrics.csv")
+    # resumed, not rerun: the rows up to the checkpoint are the cut run's own, wall times included
+    assert after[after["iteration"] <= 20].equals(before[before["iteration"] <= 20])
     pd.testing.assert_frame_equal(metrics(tmp_path / "cut"), metrics(tmp_path / "whole"), check_exact=True)
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "cut" / "timeline.parquet"),
                                   pd.read_parquet(tmp_path / "whole" / "timeline.parquet"))

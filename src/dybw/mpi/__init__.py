@@ -27,4 +27,3 @@ def world_size_from_environment() -> int:
         if value and value.isdigit():
             return int(value)
     return 1
-

@@ -33,7 +33,6 @@ def run_in_world(comm, cfg, graph, job_dir: Path, plain: dict, digest: str) -> d
     from ..job import run_job
     from .health import Heartbeat
 
-
     heartbeat = Heartbeat(job_dir, comm.rank)
 
     def on_iteration(iteration):
