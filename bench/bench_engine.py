@@ -17,7 +17,7 @@ For every model and N, in one process, after a warm-up (XLA compilation excluded
      floor that pays the cache misses of gathering different rows every iteration, as a run does.
 (B)  engine: ``LocalEngine.run`` for K iterations (K a multiple of ``runner.chunk``) with
      ``eval_every = K``, from a fresh schedule and timeline; the time inside the two evaluations it still
-     makes (k = 0 and k = K) is measured by wrapping ``trainer.evaluate`` and subtracted, so B is
+     makes (k = 0 and k = K) is measured by wrapping ``LocalEngine._evaluate`` and subtracted, so B is
      everything the engine does per iteration: delay draws, virtual clock, mixing matrices, batch
      sampling, tf conversion, the step, the divergence check and bookkeeping.  B is also split into the
      steps it calls, ``Schedule.next_chunk`` and the rest of its loop (wrappers around both).
@@ -134,7 +134,7 @@ class Case:
 
         # Time what happens inside (B): evaluations (left out of B), steps and schedule chunks (its split).
         self.evals, self.in_steps, self.in_chunks = [], np.zeros(2), np.zeros(2)
-        self.bare_step, evaluate = trainer.step, trainer.evaluate  # (A) calls the method itself, unwrapped
+        self.bare_step, evaluate = trainer.step, self.engine._evaluate  # (A) calls the method itself, unwrapped
 
         def timed_step(*args):
             t0 = now()
@@ -150,7 +150,7 @@ class Case:
             finally:
                 self.evals.append(now() - t0)
 
-        trainer.step, trainer.evaluate = timed_step, timed_evaluate
+        trainer.step, self.engine._evaluate = timed_step, timed_evaluate  # the whole evaluation, counts included
 
         # (A)'s fixed inputs: the first iteration's indices and W, as the engine would feed them; (A')'s: a
         # chunk of real iterations, converted and split beforehand.

@@ -136,3 +136,16 @@ def test_job_dirnames_stay_short_and_distinct():
     long_b = long_a + ",seed=1"
     assert job_dirname("") == "default" and job_dirname("algo=cb_full") == "algo=cb_full"
     assert len(job_dirname(long_a)) <= MAX_DIRNAME and job_dirname(long_a) != job_dirname(long_b)
+
+
+def test_local_test_accuracy_is_the_mean_of_each_local_models_accuracy(tmp_path):
+    """The per-worker counts (summed across MPI ranks) against an independent eager evaluation."""
+    tf = import_tensorflow()
+    cfg, graph, dataset, network, engine = engine_for(["model=mlp", "model.hidden=[8]", "iterations=4"])
+    rows = []
+    engine.run(rows.append)
+    params = engine.trainer.params.numpy()
+    accuracies = [np.mean(np.argmax(network.logits(tf, params[j:j + 1], dataset.x_test[None]).numpy()[0], axis=-1)
+                          == dataset.y_test) for j in range(cfg.num_workers)]
+    assert rows[-1]["local_test_accuracy"] == pytest.approx(np.mean(accuracies), abs=1e-12)
+    assert len(set(np.round(accuracies, 6))) > 1  # the local models differ: the mean is not one model's

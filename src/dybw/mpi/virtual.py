@@ -29,7 +29,6 @@ class MpiVirtualEngine(LocalEngine):
         super().__init__(cfg, graph, dataset, network, workers=self.plan.mine)
         self.exchange = NeighbourExchange(comm, self.plan, cfg.num_workers, network.num_params, on_wait)
         self.on_iteration = on_iteration  # heartbeat and fault injection (mpi/__main__.py)
-        self._counts = np.array([len(g) * network.num_params for g in self.groups])
         self._iteration = 0
 
     def _mix(self, rows, weights):
@@ -66,19 +65,22 @@ class MpiVirtualEngine(LocalEngine):
 
     def gather_params(self) -> np.ndarray | None:
         """All workers' parameters ``[N, P]`` on rank 0 (None elsewhere)."""
-        mine = np.from_dlpack(self.trainer.params)
-        if self.comm.rank == 0:
-            full = np.empty((self.cfg.num_workers, mine.shape[1]), np.float32)
-            displacements = np.concatenate([[0], np.cumsum(self._counts)[:-1]])
-            request = self.comm.Igatherv(mine, [full, self._counts, displacements, _float32()], root=0)
-            wait_all([request], self.exchange.beat)
-            return full
-        wait_all([self.comm.Igatherv(mine, None, root=0)], self.exchange.beat)
-        return None
+        return self._gather_rows(np.from_dlpack(self.trainer.params), self.trainer.params.shape[1])
 
+    def gather_counts(self, counts: np.ndarray) -> np.ndarray | None:
+        """All workers' counts ``[N]`` on rank 0 (None elsewhere)."""
+        return self._gather_rows(np.ascontiguousarray(counts, dtype=np.int32), 1)
 
+    def _gather_rows(self, mine: np.ndarray, row_size: int) -> np.ndarray | None:
+        """Rank 0 receives every rank's rows (groups in order, ``row_size`` values per worker)."""
+        from mpi4py import MPI
 
-def _float32():
-    from mpi4py import MPI
-
-    return MPI.FLOAT
+        if self.comm.rank != 0:
+            wait_all([self.comm.Igatherv(mine, None, root=0)], self.exchange.beat)
+            return None
+        sizes = np.array([len(g) * row_size for g in self.groups])
+        full = np.empty((self.cfg.num_workers, *mine.shape[1:]), mine.dtype)
+        displacements = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        datatype = {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.int32): MPI.INT}[mine.dtype]
+        wait_all([self.comm.Igatherv(mine, [full, sizes, displacements, datatype], root=0)], self.exchange.beat)
+        return full

@@ -244,6 +244,12 @@ class WallClockEngine(LocalEngine):
         self.comm.Gather(mine, full, root=0)
         return full
 
+    def gather_counts(self, counts: np.ndarray) -> np.ndarray | None:
+        """All workers' counts ``[N]`` on rank 0 (one worker per rank), None elsewhere."""
+        mine = np.ascontiguousarray(counts, dtype=np.int32)
+        full = np.empty(self.comm.size, np.int32) if self.me == 0 else None
+        self.comm.Gather(mine, full, root=0)
+        return full
 
     def _shutdown(self) -> None:
         """Deliver every held message, tell the neighbours we are done, drain until they are too."""
