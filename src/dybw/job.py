@@ -65,9 +65,26 @@ def _run_mpi(cfg, graph, job_dir: Path, resolved: dict, digest: str) -> dict:
         from .mpi.__main__ import run_in_world
 
         return run_in_world(MPI.COMM_WORLD, cfg, graph, job_dir, resolved, digest)
+    from .errors import DataError
     from .mpi.launch import launch_job
 
+    try:
+        _fetch_dataset_files(cfg)
+    except DataError as error:
+        failed_summary(cfg, job_dir, "failed", str(error), digest, 0.0)
+        raise
     return launch_job(cfg, job_dir, resolved, digest)
+
+
+def _fetch_dataset_files(cfg) -> None:
+    """Verify (and download if missing) the dataset's files once, before the ranks start: R ranks would
+    otherwise each try, racing on a download, and a missing file would reach the user through a rank's
+    abort instead of as the one line ``runner=local`` gives."""
+    if cfg.dataset.name == "synthetic":
+        return
+    from .data import cache_dir_from_env, data_dir_from_env, ensure_files
+
+    ensure_files(cfg.dataset.name, cfg.data_dir or data_dir_from_env(), cache_dir=cache_dir_from_env())
 
 
 def failed_summary(cfg, job_dir: Path, status: str, message: str, digest: str, wall: float) -> dict:

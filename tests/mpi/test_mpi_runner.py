@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -144,3 +145,16 @@ def test_a_cut_off_mpi_job_resumes_from_its_checkpoint_with_the_uninterrupted_nu
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "cut" / "timeline.parquet"),
                                   pd.read_parquet(tmp_path / "whole" / "timeline.parquet"))
     assert not (tmp_path / "cut" / "checkpoint.npz").exists()
+
+
+def test_missing_dataset_files_are_one_line_before_any_rank_starts(tmp_path):
+    """Checked once in run.py, not by R ranks racing to download: the same line as runner=local."""
+    (tmp_path / "empty").mkdir()
+    done = run_cli(["dataset=mnist", "logger=none", "progress=false", "runner=mpi", "runner.ranks=2",
+                    f"data_dir={tmp_path / 'empty'}"], cwd=tmp_path, timeout=300)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stderr[-1500:]
+    assert "mnist: 4 file(s) missing" in lines[0] and not re.search(r"rank \d", lines[0])
+    job_dir = next((tmp_path / "results" / "adhoc").iterdir())
+    assert pd.read_json(job_dir / "summary.json", typ="series")["status"] == "failed"
+    assert not (job_dir / ".mpi").exists()  # no rank was launched
