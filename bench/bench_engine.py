@@ -37,25 +37,19 @@ import argparse
 import json
 import math
 import os
-import platform
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-CONF = REPO / "conf"
-os.environ.setdefault("DYBW_DATA_DIR", str((REPO / ".." / "shared" / "data").resolve()))  # as the Makefile
+from common import REPO, compose, environment, fmt, med  # bench/common.py; sets DYBW_DATA_DIR
 
 from dybw.tf_setup import import_tensorflow  # noqa: E402  (before any other TF import)
 
 tf = import_tensorflow()
 
-from dybw.cli import compose_job, register_resolvers  # noqa: E402
-from dybw.config import load, validate  # noqa: E402
 from dybw.data import load_dataset  # noqa: E402
 from dybw.engine import LocalEngine, Schedule, Timeline  # noqa: E402
 from dybw.models import build_network  # noqa: E402
@@ -102,13 +96,6 @@ def parse_args(argv=None):
     args.seconds = args.seconds or (0.1 if args.quick else 0.5)
     args.out = args.out or REPO / "results" / "bench" / ("engine_quick.json" if args.quick else "engine.json")
     return args
-
-
-def compose(overrides):
-    """Typed config as ``tests/helpers.compose`` (and run.py) build it: Hydra compose, load, validate."""
-    register_resolvers()
-    cfg = load(compose_job(CONF, overrides))
-    return cfg, validate(cfg)
 
 
 def now() -> np.ndarray:
@@ -254,7 +241,6 @@ def measure(case: Case, args) -> dict:
 
     # arrays [reps, 2]: column 0 wall, column 1 process CPU
     bare, varying, engine, steps, chunks = map(np.asarray, (bare, varying, engine, steps, chunks))
-    med = lambda x: float(np.median(x))  # noqa: E731
     ms = lambda x: 1e3 * med(x)  # noqa: E731
     w = 0
     graph = case.graph
@@ -307,10 +293,6 @@ def growth(rows) -> list[dict]:
     return out
 
 
-def fmt(x, digits=2):
-    return "—" if x is None else f"{x:.{digits}f}"
-
-
 def markdown(rows, trends) -> str:
     lines = ["| model | N | B | P | deg | K × reps | A bare | A′ varying | B engine | **B/A** | B/A′ | B/A cpu | "
              "B−A | B: step / schedule / rest | eval | C eval_every=10 | load |",
@@ -335,27 +317,12 @@ def markdown(rows, trends) -> str:
     return "\n".join(lines)
 
 
-def environment() -> dict:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                                text=True, timeout=10).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                                    capture_output=True, text=True, timeout=10).stdout.strip())
-    except (OSError, subprocess.SubprocessError):
-        commit, dirty = "", None
-    import dybw
-
-    return {"python": platform.python_version(), "tensorflow": tf.__version__, "numpy": np.__version__,
-            "cpus": os.cpu_count(), "machine": platform.machine(), "git_commit": commit, "git_dirty": dirty,
-            "dybw": str(Path(dybw.__file__).parent), "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
-            "DYBW_DATA_DIR": os.environ.get("DYBW_DATA_DIR")}
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     command = shlex.join(getattr(sys, "orig_argv", [sys.executable, *sys.argv]))
     print(f"$ {command}", flush=True)
-    env = environment()
+    env = environment(tensorflow=tf.__version__, TF_ENABLE_ONEDNN_OPTS=os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
+                      DYBW_DATA_DIR=os.environ.get("DYBW_DATA_DIR"))
     print("# " + ", ".join(f"{k}={v}" for k, v in env.items()), flush=True)
     print(f"# dataset=mnist (PCA-50), algo=cb_dybw, straggler=paper, topology=erdos_renyi (p=0.3) unless "
           f"overridden {args.override}; batch {args.batch} per worker for every N; at most {args.reps} reps "

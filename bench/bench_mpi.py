@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
 import shutil
 import signal
@@ -62,9 +61,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-CONF = REPO / "conf"
-os.environ.setdefault("DYBW_DATA_DIR", str((REPO / ".." / "shared" / "data").resolve()))  # as the Makefile
+from common import REPO, compose, environment, fmt, med  # bench/common.py; sets DYBW_DATA_DIR
 
 GOAL = 1.2
 RANKS = (2, 4)
@@ -72,9 +69,9 @@ PARAMS = (510, 7818, 100_000)
 PARAM_NAMES = {510: "logreg PCA-50", 7818: "mlp [128]", 100_000: "large"}
 LEGEND_EXCHANGE = (
     "A = bare mpi4py Irecv/Isend per peer rank of the plan's rows from preallocated buffers + Waitall; "
-    "M = the runner's own messages (indexed datatypes, straight into the mixing block) without its own-row copy; "
     "A′ = the same with the send buffers rewritten in place before each exchange (fresh data, as in a run); "
-    "B = NeighbourExchange.exchange without on_wait; H = the same with the heartbeat's on_wait, as the runner "
+    "B = NeighbourExchange.exchange without on_wait; M = B's messages alone, without its own-row copy into the "
+    "mixing block; H = B with the heartbeat's on_wait, as the runner "
     "calls it in a job (a helper thread beats while Waitall blocks). Times in µs per iteration "
     "(the slowest rank's), medians; ratios = medians of the ratios of measurements taken back to back (cpu: "
     "process CPU time summed over the ranks). rows = rows sent per iteration by all ranks together; "
@@ -122,24 +119,6 @@ def parse_args(argv=None):
     args.eval_every = args.eval_every or (30 if args.quick else 100)
     args.out = args.out or REPO / "results" / "bench" / ("mpi_quick.json" if args.quick else "mpi.json")
     return args
-
-
-def compose(overrides):
-    """Typed config and graph as run.py builds them (Hydra compose, load, validate)."""
-    from dybw.cli import compose_job, register_resolvers
-    from dybw.config import load, validate
-
-    register_resolvers()
-    cfg = load(compose_job(CONF, overrides))
-    return cfg, validate(cfg)
-
-
-def fmt(x, digits=2):
-    return "—" if x is None else f"{x:.{digits}f}"
-
-
-def med(x) -> float:
-    return float(np.median(x))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -372,20 +351,20 @@ def one_job(args, scratch: Path, runner: str, rep: int) -> dict:
 
 
 def compare_metrics(a: dict, b: dict) -> tuple[float, str, bool]:
-    """Largest relative difference over the columns (and which), and whether every value is within the
-    tolerance the MPI tests use (``assert_frame_equal(rtol=1e-6, atol=1e-7)``)."""
-    worst, column, within = 0.0, "", True
+    """Largest relative difference over the columns (and which), and whether every value is identical,
+    as the MPI tests require (NaN equal to NaN)."""
+    worst, column, identical = 0.0, "", True
     for key in a:
         x, y = np.asarray(a[key], float), np.asarray(b[key], float)
         both_nan = np.isnan(x) & np.isnan(y)
         x, y = x[~both_nan], y[~both_nan]
+        identical = identical and bool(np.array_equal(x, y))
         diff = np.abs(x - y)
-        within = within and bool(np.all(diff <= 1e-7 + 1e-6 * np.abs(y)))
         scale = np.maximum(np.abs(x), np.abs(y))
         relative = float(np.max(np.where(scale > 0, diff / np.where(scale > 0, scale, 1), 0.0))) if x.size else 0.0
         if relative > worst or not column:
             worst, column = relative, key
-    return worst, column, within
+    return worst, column, identical
 
 
 def part_e2e(args, scratch: Path) -> tuple[list[dict], dict]:
@@ -405,7 +384,7 @@ def part_e2e(args, scratch: Path) -> tuple[list[dict], dict]:
     compared = [compare_metrics(l["metrics"], m["metrics"]) for l, m in pairs]
     worst = max(compared)
     summary.update(same_numbers_max_rel_diff=worst[0], same_numbers_worst_column=worst[1],
-                   same_numbers_within_test_tolerance=all(c[2] for c in compared))
+                   same_numbers_identical=all(c[2] for c in compared))
     summary["loadavg_max"] = max(max(j["loadavg_1min"]) for j in jobs)
     return jobs, summary
 
@@ -451,26 +430,10 @@ def markdown(cases: list[dict], e2e: dict | None) -> str:
                      f"{r('setup_seconds')} | {r('run_seconds')} | **{r('job_seconds')}** | "
                      f"**{r('per_iteration_ms')}** | {r('first_interval_ms')} | |")
         lines.append(f"\nSame numbers: largest relative difference between the runners' metrics.csv "
-                     f"{e2e['same_numbers_max_rel_diff']:.1e} ({e2e['same_numbers_worst_column']}); within the tests' "
-                     f"rtol=1e-6, atol=1e-7: {'yes' if e2e['same_numbers_within_test_tolerance'] else 'no'}. "
+                     f"{e2e['same_numbers_max_rel_diff']:.1e} ({e2e['same_numbers_worst_column']}); identical, as the tests "
+                     f"require: {'yes' if e2e['same_numbers_identical'] else 'no'}. "
                      f"{e2e['iterations']} iterations, eval_every={e2e['eval_every']}.")
     return "\n".join(lines)
-
-
-def environment() -> dict:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                                text=True, timeout=10).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                                    capture_output=True, text=True, timeout=10).stdout.strip())
-    except (OSError, subprocess.SubprocessError):
-        commit, dirty = "", None
-    import dybw
-
-    return {"python": platform.python_version(), "numpy": np.__version__, "cpus": os.cpu_count(),
-            "machine": platform.machine(), "git_commit": commit, "git_dirty": dirty,
-            "dybw": str(Path(dybw.__file__).parent), "mpiexec": shutil.which("mpiexec"),
-            "DYBW_DATA_DIR": os.environ.get("DYBW_DATA_DIR")}
 
 
 def main(argv=None) -> int:
@@ -479,7 +442,7 @@ def main(argv=None) -> int:
         return exchange_worker(args)
     command = shlex.join(getattr(sys, "orig_argv", [sys.executable, *sys.argv]))
     print(f"$ {command}", flush=True)
-    env = environment()
+    env = environment(mpiexec=shutil.which("mpiexec"), DYBW_DATA_DIR=os.environ.get("DYBW_DATA_DIR"))
     print("# " + ", ".join(f"{k}={v}" for k, v in env.items()), flush=True)
     print(f"# uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}", flush=True)
     started = time.perf_counter()
