@@ -67,6 +67,13 @@ def _no_data(ax, text="no completed runs"):
     ax.set_yticks([])
 
 
+def _no_runs(ctx, fig, axes, name: str, title: str, source: str = "training") -> "Drawn":
+    """The figure of a spec none of whose runs completed: every panel says so."""
+    for ax in axes.flat:
+        _no_data(ax)
+    return Drawn(name, title, "no completed runs", style.finish(fig, ctx.out, name, title, "No completed runs."), source)
+
+
 def _seed_band(frame: pd.DataFrame, x: str, y: str, points: int = 200):
     """Mean and std over seeds of ``y`` against ``x``: on the shared x values (iterations), or, for
     ``x='time'``, interpolated on a grid up to the earliest final time among the seeds."""
@@ -119,9 +126,7 @@ def convergence(ctx: Context) -> Drawn:
     fig, axes = style.figure(2, 2, width=5.2, height=3.4)
     name, title = ctx.spec.name, ctx.spec.title
     if frame.empty:
-        for ax in axes.flat:
-            _no_data(ax)
-        return Drawn(name, title, "no completed runs", style.finish(fig, ctx.out, name, title, "No completed runs."))
+        return _no_runs(ctx, fig, axes, name, title)
     labels = style.ordered(frame["label"])
     colors = style.palette(labels)
     plain, topology = _setup(ctx, jobs)
@@ -166,9 +171,7 @@ def durations(ctx: Context) -> Drawn:
     name, title = ctx.spec.name, ctx.spec.title
     fig, axes = style.figure(2, 1, width=5.6, height=3.6)
     if frame.empty:
-        for ax in axes.flat:
-            _no_data(ax)
-        return Drawn(name, title, "no completed runs", style.finish(fig, ctx.out, name, title, "No completed runs."))
+        return _no_runs(ctx, fig, axes, name, title)
     labels = style.ordered(frame["label"])
     colors = style.palette(labels)
     groups = list(dict.fromkeys(frame["spec"]))  # one per dataset (quick mode: both are synthetic)
@@ -359,9 +362,7 @@ def speedup(ctx: Context) -> Drawn:
     frame = ctx.summaries(jobs)
     fig, axes = style.figure(3, 1, width=4.6, height=3.7)
     if frame.empty:
-        for ax in axes.flat:
-            _no_data(ax)
-        return Drawn(name, title, "no completed runs", style.finish(fig, ctx.out, name, title, "No completed runs."))
+        return _no_runs(ctx, fig, axes, name, title)
     labels = style.ordered(frame["label"])
     colors = style.palette(labels)
     sweeps = list(dict.fromkeys(frame["sweep"]))
@@ -444,9 +445,7 @@ def noniid(ctx: Context) -> Drawn:
     frame = ctx.metrics(jobs)
     fig, axes = style.figure(3, 1, width=4.6, height=3.6)
     if frame.empty:
-        for ax in axes.flat:
-            _no_data(ax)
-        return Drawn(name, title, "no completed runs", style.finish(fig, ctx.out, name, title, "No completed runs."))
+        return _no_runs(ctx, fig, axes, name, title)
     labels = style.ordered(frame["label"])
     colors = style.palette(labels)
     splits = list(dict.fromkeys(frame["split"]))
@@ -544,9 +543,7 @@ def ratio(ctx: Context) -> Drawn:
     frame = ctx.summaries(jobs)
     fig, axes = style.figure(3, 1, width=4.6, height=3.6)
     if frame.empty:
-        for ax in axes.flat:
-            _no_data(ax)
-        return Drawn(name, title, "no completed runs", style.finish(fig, ctx.out, name, title, "No completed runs."), "clock")
+        return _no_runs(ctx, fig, axes, name, title, source="clock")
     by_job = {str(j.relative_dir): j for j in jobs}
     frame["ratio"] = [_delay_ratio(by_job[j].plain) for j in frame["job"]]
     labels = style.ordered(frame["label"])
