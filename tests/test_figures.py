@@ -63,6 +63,15 @@ def test_every_figure_and_the_table_are_written(quick):
     assert all(f"({name}.png)" in readme for name in FIGURES)
 
 
+def test_redrawing_without_any_results_draws_every_figure_as_empty(tmp_path):
+    """``--no-run`` before anything ran: each figure says 'no completed runs' (two used to crash)."""
+    (tmp_path / "results").mkdir()
+    proc = _figures("--no-run", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0 and "FAILED" not in proc.stdout + proc.stderr, proc.stdout[-2000:] + proc.stderr[-2000:]
+    index = json.loads((tmp_path / "out" / "figures.json").read_text())
+    assert sorted(index) == FIGURES and all(entry["caption"] == "no completed runs" for entry in index.values())
+
+
 def test_quick_results_stay_apart_from_full_results(quick):
     experiments = {p.name for p in quick["results"].iterdir()}
     assert experiments and all(name.startswith("quick_") for name in experiments), experiments

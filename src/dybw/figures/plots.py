@@ -257,7 +257,10 @@ WINDOW_A = 150  # iterations shown in the backups figure's panel (a)
 def backups(ctx: Context) -> Drawn:
     name, title = ctx.spec.name, ctx.spec.title
     train = ctx.completed_jobs(ctx.select(kind="train"))
+    clock = ctx.completed_jobs(ctx.select(spec=ctx.spec.name, kind="clock"))
     fig, axes = style.figure(3, 1, width=4.6, height=3.5)
+    if not train and not clock:
+        return _no_runs(ctx, fig, axes, name, title, source="training + clock")
     labels = style.ordered(load.algo_label(j.plain) for j in train)
     colors = style.palette(labels or [analysis.DYBW])
     # (a) mean over workers of b_j(k), per iteration
@@ -311,7 +314,6 @@ def backups(ctx: Context) -> Drawn:
     ax.set_title("cb-DyBW, individual workers (seed 0)")
     # (c) clock: whose messages are used, with and without slow links
     ax = axes[0, 2]
-    clock = ctx.completed_jobs(ctx.select(spec=ctx.spec.name, kind="clock"))
     variants = list(dict.fromkeys(j.params["variant"] for j in clock))
     usage = analysis.usage_frame(clock, ctx.results, variants[-1]) if clock else pd.DataFrame()
     if not usage.empty:
@@ -621,6 +623,8 @@ def static_b(ctx: Context) -> Drawn:
     train = ctx.completed_jobs(ctx.select(kind="train"))
     frame = ctx.summaries(clock)
     fig, axes = style.figure(3, 1, width=4.6, height=3.6)
+    if not clock and not train:
+        return _no_runs(ctx, fig, axes, name, title, source="clock + training")
     colors = style.palette(style.ORDER)
     static_color = style.EXTRA[0]
     handles = []
