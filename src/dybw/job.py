@@ -71,7 +71,7 @@ def _run_mpi(cfg, graph, job_dir: Path, resolved: dict, digest: str) -> dict:
     try:
         _fetch_dataset_files(cfg)
     except DataError as error:
-        failed_summary(cfg, job_dir, "failed", str(error), digest, 0.0)
+        failed_summary(cfg, job_dir, "failed", f"{type(error).__name__}: {error}", digest, 0.0)  # as run_job words it
         raise
     return launch_job(cfg, job_dir, resolved, digest)
 
