@@ -58,10 +58,14 @@ def test_virtual_clock_matches_the_local_backend_at_paper_size(tmp_path):
 
 @pytest.mark.parametrize("algo", ["cb_full", "cb_static", "cb_dybw"])
 def test_wall_clock_durations_match_the_virtual_clock(tmp_path, algo):
-    """Delays >= 20 ms, 4 ranks: the measured mean iteration within 10 % of the virtual clock's."""
-    delays = ["straggler=shifted_exp", "straggler.compute.shift=0.02", "straggler.compute.scale=0.005",
-              "straggler.link.shift=0.02", "straggler.link.scale=0.02"]
-    common = TINY + delays + ["num_workers=4", "topology=complete", "iterations=30", "eval_every=30",
+    """Delays >= 20 ms, 4 ranks: the measured mean iteration within 10 % of the virtual clock's.
+
+    The wall clock pays a few ms per iteration that the virtual one does not (ranks leave each barrier
+    at their next poll, later when 4 ranks share 2 cores): 2.6 ms idle, 9 ms on a loaded CI machine.
+    Delays of 80 ms and more keep that a few per cent, so the test measures the clock, not the load."""
+    delays = ["straggler=shifted_exp", "straggler.compute.shift=0.08", "straggler.compute.scale=0.02",
+              "straggler.link.shift=0.08", "straggler.link.scale=0.08"]
+    common = TINY + delays + ["num_workers=4", "topology=complete", "iterations=20", "eval_every=20",
                               f"algo={algo}"]
     virtual = run_config(common, tmp_path / "virtual")
     wall = run_config(common + ["runner=mpi", "runner.clock=wall"], tmp_path / "wall")
@@ -69,7 +73,7 @@ def test_wall_clock_durations_match_the_virtual_clock(tmp_path, algo):
     ratio = wall["mean_iteration_duration"] / virtual["mean_iteration_duration"]
     assert 0.9 <= ratio <= 1.1, (algo, wall["mean_iteration_duration"], virtual["mean_iteration_duration"])
     timeline = pd.read_parquet(tmp_path / "wall/timeline.parquet")
-    assert len(timeline) == 30 * 4 and (timeline["used"] >= 1).all()
+    assert len(timeline) == 20 * 4 and (timeline["used"] >= 1).all()
 
 
 def _no_rank_left(job_dir) -> bool:
