@@ -52,6 +52,7 @@ tf = import_tensorflow()
 
 from dybw.data import load_dataset  # noqa: E402
 from dybw.engine import LocalEngine, Schedule, Timeline  # noqa: E402
+from dybw.mixing import gathered_weights  # noqa: E402
 from dybw.models import build_network  # noqa: E402
 
 FULL_WORKERS = (8, 16, 32, 64, 128)
@@ -142,9 +143,10 @@ class Case:
         # (A)'s fixed inputs: the first iteration's indices and W, as the engine would feed them; (A')'s: a
         # chunk of real iterations, converted and split beforehand.
         chunk = Schedule(self.cfg, self.graph, self.dataset.shards).next_chunk(self.cfg.runner.chunk)
-        self.fixed_inputs = (tf.constant(chunk.batches[0]), chunk.learning_rates[0], tf.constant(chunk.weights[0]))
+        weights = gathered_weights(chunk.weights, self.engine.sources)  # W(k) per row, as the engine feeds it
+        self.fixed_inputs = (tf.constant(chunk.batches[0]), chunk.learning_rates[0], tf.constant(weights[0]))
         self.varying_inputs = list(zip(tf.unstack(tf.constant(chunk.batches)), chunk.learning_rates,
-                                       tf.unstack(tf.constant(chunk.weights))))
+                                       tf.unstack(tf.constant(weights))))
 
     def reset(self, iterations: int, eval_every: int) -> None:
         """A fresh run of ``iterations`` on the same engine (the compiled step and evaluation are kept)."""

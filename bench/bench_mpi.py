@@ -18,15 +18,12 @@ default mlp [128]) and 100000 (large).  In one MPI world, after a warm-up, each 
 (A') the same with the send buffers rewritten in place (``*= 1``, in cache) before each exchange: the floor
      for data that changes every iteration, as a run's does.
 (B)  ``NeighbourExchange.exchange`` (dybw.mpi.exchange) on the same plan, ``on_wait=None``: sends the rows
-     of this rank's ``[M, P]`` array the plan names (MPI indexed datatypes, no packing), receives the
-     peers' rows straight into their rows of the ``[N, P]`` mixing block, and copies the own rows into the
-     block while the messages move -- everything the mixing product needs.
-(M)  (B)'s messages alone: ``wait_all(NeighbourExchange.post(...))``, without the own-row copy -- what
-     the runner's MPI calls cost against (A)'s.
+     of this rank's ``[M, P]`` array the plan names straight from it (a slice, or an MPI indexed datatype
+     when they are not adjacent; no packing), receives the peers' rows into the ``[Q, P]`` buffer the
+     mixing reads in place -- everything the mixing needs.
 (H)  the same as (B) with ``on_wait=Heartbeat(...).waiting``: the runner as it runs in a job
      (``dybw.mpi.__main__``): a helper thread beats while the main thread blocks in ``Waitall``.
      The goal is on H/A.
-Beside them, without MPI: the time of the own-row copy into the block alone (``place``).
 
 All ranks start each measurement after a barrier; a measurement is the slowest rank's time / K.  The
 variants alternate (A A' B H F G T, then T G F H B A' A, ...), medians over repetitions; ratios are medians of
@@ -70,8 +67,7 @@ PARAM_NAMES = {510: "logreg PCA-50", 7818: "mlp [128]", 100_000: "large"}
 LEGEND_EXCHANGE = (
     "A = bare mpi4py Irecv/Isend per peer rank of the plan's rows from preallocated buffers + Waitall; "
     "A′ = the same with the send buffers rewritten in place before each exchange (fresh data, as in a run); "
-    "B = NeighbourExchange.exchange without on_wait; M = B's messages alone, without its own-row copy into the "
-    "mixing block; H = B with the heartbeat's on_wait, as the runner "
+    "B = NeighbourExchange.exchange without on_wait; H = B with the heartbeat's on_wait, as the runner "
     "calls it in a job (a helper thread beats while Waitall blocks). Times in µs per iteration "
     "(the slowest rank's), medians; ratios = medians of the ratios of measurements taken back to back (cpu: "
     "process CPU time summed over the ranks). rows = rows sent per iteration by all ranks together; "
@@ -153,13 +149,13 @@ class FreshBareExchange(BareExchange):
         super().exchange(rows, iteration)
 
 
-KEYS = {"A": "bare", "A′": "bare_fresh", "B": "exchange", "M": "messages", "H": "heartbeat"}
+KEYS = {"A": "bare", "A′": "bare_fresh", "B": "exchange", "H": "heartbeat"}
 
 
 def exchange_worker(args) -> int:
     from mpi4py import MPI
 
-    from dybw.mpi.exchange import ExchangePlan, NeighbourExchange, wait_all, worker_groups
+    from dybw.mpi.exchange import ExchangePlan, NeighbourExchange, worker_groups
     from dybw.mpi.health import Heartbeat
 
     comm = MPI.COMM_WORLD
@@ -189,27 +185,17 @@ def exchange_worker(args) -> int:
         comm.Allgather(mine, everyone)
         return [float(everyone[:, 0].max()), float(everyone[:, 1].sum())]  # slowest rank's wall, total CPU
 
-    def local_time(fn, iterations):
-        started = time.perf_counter()
-        for _ in range(iterations):
-            fn()
-        return comm.allreduce((time.perf_counter() - started) / iterations, op=MPI.MAX)
-
     cases = []
-    num_workers = setup["num_workers"]
     for num_params in args.params:
         rows = rng.standard_normal((len(plan.mine), num_params)).astype(np.float32)
         bare = BareExchange(comm, plan, num_params, rows)
-        runner = NeighbourExchange(comm, plan, num_workers, num_params)
         variants = {"A": bare.exchange, "A′": FreshBareExchange(comm, plan, num_params, rows).exchange,
-                    "B": runner.exchange, "M": lambda rows, k: wait_all(runner.post(rows, k)),
-                    "H": NeighbourExchange(comm, plan, num_workers, num_params, on_wait=heartbeat.waiting).exchange}
+                    "B": NeighbourExchange(comm, plan, num_params).exchange,
+                    "H": NeighbourExchange(comm, plan, num_params, on_wait=heartbeat.waiting).exchange}
         bare.exchange(rows, 0)  # every variant receives exactly the rows (A) receives
-        received = np.concatenate([buffer for _, buffer in bare.recv])
+        received = np.concatenate([buffer for _, buffer in bare.recv]) if bare.recv else np.empty((0, num_params))
         for name in ("B", "H"):
-            block = variants[name](rows, 1)
-            assert np.array_equal(block[plan.columns[len(plan.mine):]], received), f"({name}) moved other rows"
-            assert np.array_equal(block[plan.mine], rows), f"({name}) misplaced the own rows"
+            assert np.array_equal(variants[name](rows, 1), received), f"({name}) moved other rows"
         loads = [os.getloadavg()[0]]
         warm = max(5, min(200, int(2e7 / (num_params * 16))))
         for fn in variants.values():
@@ -222,11 +208,6 @@ def exchange_worker(args) -> int:
             for name in order:
                 measured[name].append(timed(variants[name], rows, iterations))
             loads.append(os.getloadavg()[0])
-
-        def place():  # (B)'s only copy outside MPI: the own rows into the mixing block
-            runner.block[runner.mine] = rows
-
-        place_s = med([local_time(place, iterations) for _ in range(3)])
         sent = comm.allreduce(sum(len(r) for r in plan.send_rows.values()))
         messages = comm.allreduce(len(plan.send_rows))
         if rank == 0:
@@ -237,7 +218,6 @@ def exchange_worker(args) -> int:
                 "rows_sent": int(sent), "messages": int(messages),
                 "bytes_per_iteration": int(sent * num_params * 4), "iterations": iterations, "reps": args.reps,
                 "bandwidth_gb_s": sent * num_params * 4 / med(m["A"][:, 0]) / 1e9,
-                "place_us": 1e6 * place_s,
                 "loadavg_1min": loads, "topology": setup["topology"], "num_workers": setup["num_workers"],
                 "mean_degree": setup["mean_degree"],
             }
@@ -405,15 +385,6 @@ def markdown(cases: list[dict], e2e: dict | None) -> str:
                 f"{fmt(c['ratio'])} | **{fmt(c['ratio_heartbeat'])}**{flag} | "
                 f"{fmt(c['ratio_fresh_heartbeat'])} | "
                 f"{fmt(c['ratio_fresh'])} | {fmt(c['ratio_heartbeat_cpu'])} | {fmt(max(c['loadavg_1min']), 1)} |")
-        lines += ["", "Where (H) spends its time beyond (A), µs per iteration: M = the runner's messages without "
-                  "the own-row copy (place) that the mixing product needs and a bare exchange does not do:", "",
-                  "| R | P | A′/A | M messages | **M/A** | place: own rows into the block | B − M | H − B |",
-                  "|--:|--:|--:|--:|--:|--:|--:|--:|"]
-        for c in cases:
-            lines.append(
-                f"| {c['ranks']} | {c['num_params']} | {fmt(c['ratio_bare_fresh'])} | {fmt(c['messages_us'], 1)} | "
-                f"**{fmt(c['ratio_messages'])}** | {fmt(c['place_us'], 1)} | "
-                f"{fmt(c['exchange_us'] - c['messages_us'], 1)} | {fmt(c['heartbeat_us'] - c['exchange_us'], 1)} |")
     if e2e:
         if lines:
             lines.append("")

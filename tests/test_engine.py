@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dybw.engine import LocalEngine, Schedule
+from dybw.engine import BatchedTrainer, LocalEngine, Schedule
+from dybw.mixing import gathered_weights, mixing_matrices
 from dybw.models import build_network
 from dybw.data import load_dataset
 from dybw.config import validate
@@ -63,9 +64,33 @@ def test_a_workers_local_step_does_not_depend_on_how_many_workers_share_the_proc
         some_rows, some_losses = trainer.adapt(params[rows], indices[rows], np.float32(0.3))
         np.testing.assert_array_equal(some_rows.numpy(), all_rows.numpy()[rows])
         np.testing.assert_array_equal(some_losses.numpy(), all_losses.numpy()[rows])
-    weights = tf.constant(np.full((8, 8), 1 / 8, np.float32))
+    weights = tf.constant(gathered_weights(np.full((8, 8), 1 / 8, np.float32), engine.sources))
     fused, _ = trainer._step(params, indices, np.float32(0.3), weights)  # the local backend's one program
-    np.testing.assert_array_equal(fused.numpy(), trainer.mix(weights, all_rows).numpy())
+    np.testing.assert_array_equal(fused.numpy(), trainer.mix(weights, all_rows, None).numpy())
+
+
+@pytest.mark.parametrize("topology", [["topology=erdos_renyi", "topology.p=0.4"], ["topology=ring"]])
+def test_mixing_hosted_rows_from_two_buffers_gives_the_bits_of_one(topology):
+    """The MPI layout -- a rank's own rows ``[M, P]`` plus the rows it received ``[Q, P]`` -- mixes each
+    hosted row to exactly the bits the local backend gets from the whole ``Y`` ``[N, P]``."""
+    tf = import_tensorflow()
+    cfg, graph, dataset, network, engine = engine_for(topology + ["num_workers=9", "model=mlp", "model.hidden=[16]"])
+    rng = np.random.default_rng(1)
+    used = graph.adjacency & (rng.random((9, 9)) < 0.7)
+    weights = mixing_matrices(used, "metropolis", graph.degrees)
+    rows = rng.normal(0, 3, (9, network.num_params)).astype(np.float32)
+    whole = engine.trainer.mix(tf.constant(gathered_weights(weights, engine.sources)), tf.constant(rows), None).numpy()
+    for hosted in (np.arange(0, 3), np.arange(3, 7), np.arange(7, 9)):
+        sources = engine.sources[hosted]
+        received = np.array(sorted(set(sources.ravel()) - set(hosted)), dtype=np.int64)
+        position = {int(w): a for a, w in enumerate(np.concatenate([hosted, received]))}
+        trainer = BatchedTrainer(network, dataset, "atc", 0.0, network.initial_params(0), len(hosted),
+                                 np.vectorize(position.get)(sources))
+        part = trainer.mix(tf.constant(gathered_weights(weights, sources, hosted)), tf.constant(rows[hosted]),
+                           tf.constant(rows[received].reshape(len(received), -1)))
+        np.testing.assert_array_equal(part.numpy(), whole[hosted])
+    # and it is W @ Y (up to the order of float additions)
+    np.testing.assert_allclose(whole, weights @ rows, rtol=1e-5, atol=1e-5)
 
 
 def test_cb_static_with_no_backups_gives_cb_full_results(tmp_path):

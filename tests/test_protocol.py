@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dybw.errors import ConfigError
-from dybw.mixing import mixing_matrices
+from dybw.mixing import gathered_weights, mixing_matrices, mixing_sources
 from dybw.policies import CbDyBW, CbFull, CbStatic, order_statistic
 from dybw.protocol import Protocol
 from dybw.topology import Graph, build_graph
@@ -144,6 +144,28 @@ def test_mixing_rows_sum_to_one_for_random_used_sets(rule):
     assert (weights >= 0).all()
     off_diagonal = weights * ~np.eye(12, dtype=bool)
     assert ((off_diagonal > 0) == used).all()  # only used neighbours get weight
+
+
+@pytest.mark.parametrize("rule", ["uniform", "metropolis"])
+def test_gathered_weights_are_the_rows_of_w_over_each_workers_sources(rule):
+    """sum_s w[j, s] y[sources[j, s]] == (W y)_j: every neighbour and j once, in ascending order, and the
+    padding (j repeated) weighs 0."""
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        n = int(rng.integers(2, 12))
+        graph = build_graph(SimpleNamespace(name="erdos_renyi", p=float(rng.uniform(0.2, 1.0)), seed=int(rng.integers(1 << 30))), n)
+        sources = mixing_sources(graph.adjacency)
+        assert sources.shape == (n, graph.degrees.max() + 1)
+        for j, row in enumerate(sources):
+            count = graph.degrees[j] + 1
+            assert list(row[:count]) == sorted([j, *graph.neighbors[j]]) and (row[count:] == j).all()
+        used = graph.adjacency[None] & (rng.random((3, n, n)) < 0.6)
+        weights = mixing_matrices(used, rule, graph.degrees)
+        gathered = gathered_weights(weights, sources)
+        y = rng.normal(size=(n, 5))
+        np.testing.assert_allclose(np.einsum("kjs,jsp->kjp", gathered, y[sources]), weights @ y, atol=1e-12)
+        hosted = np.arange(n)[n // 2:]
+        np.testing.assert_array_equal(gathered_weights(weights, sources[hosted], hosted), gathered[:, hosted])
 
 
 def test_metropolis_with_every_neighbour_is_the_doubly_stochastic_matrix():

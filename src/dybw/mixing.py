@@ -6,6 +6,10 @@
   symmetric, doubly stochastic Metropolis matrix of the graph.
 
 Combine step (ATC): ``x_j(k+1) = sum_i W_ji(k) y_i(k)``, i.e. ``X(k+1) = W(k) Y(k)`` with rows = workers.
+
+The sum runs over ``i in N_j ∪ {j}`` only, in ascending ``i`` (:func:`mixing_sources`,
+:func:`gathered_weights`; ``engine.BatchedTrainer.mix``): one fixed order of float additions per row,
+which any process holding ``y_j`` and its neighbours' rows can follow, wherever those rows live.
 """
 
 from __future__ import annotations
@@ -34,3 +38,30 @@ def mixing_matrices(used: np.ndarray, rule: str, degrees: np.ndarray) -> np.ndar
     else:
         raise ValueError(f"unknown mixing rule {rule!r}; choose one of {MIXING_RULES}")
     return weights.astype(np.float32)
+
+
+def mixing_sources(adjacency: np.ndarray) -> np.ndarray:
+    """``sources[j] = N_j ∪ {j}`` in ascending order, padded with ``j`` to ``S = max degree + 1``: ``[N, S]``.
+
+    The padding's weight is 0 (:func:`gathered_weights`), so a padded slot adds ``0 * y_j``.
+    """
+    adjacency = np.asarray(adjacency, dtype=bool)
+    members = adjacency | np.eye(len(adjacency), dtype=bool)
+    width = int(members.sum(axis=1).max())
+    sources = np.repeat(np.arange(len(adjacency))[:, None], width, axis=1)
+    for j, row in enumerate(members):
+        present = np.flatnonzero(row)
+        sources[j, :len(present)] = present
+    return sources.astype(np.int64)
+
+
+def gathered_weights(weights: np.ndarray, sources: np.ndarray, workers: np.ndarray | None = None) -> np.ndarray:
+    """``w[..., a, s] = W[..., j, sources[a, s]]`` for the workers ``j = workers[a]`` (default all) and their
+    ``sources`` rows, 0 in the padded slots: ``[..., M, S]`` float32, so that
+    ``x_j = sum_s w[a, s] y_{sources[a, s]}`` is row ``j`` of ``W @ Y``."""
+    rows = (np.arange(sources.shape[0]) if workers is None else np.asarray(workers))[:, None]
+    gathered = np.asarray(weights)[..., rows, sources]
+    own = sources == rows
+    first = np.argmax(own, axis=1)  # the row's own slot; the padding repeats j after it
+    padded = own & (np.arange(sources.shape[1])[None, :] > first[:, None])
+    return np.where(padded, 0.0, gathered).astype(np.float32)

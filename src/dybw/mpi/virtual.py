@@ -4,13 +4,14 @@ Every rank computes the (cheap, deterministic) clock of all workers, so each kno
 iteration, ATC::
 
     Y_mine = X_mine - eta G(X_mine)        the hosted workers' local steps (TF, one worker at a time)
-    Y      = exchange(Y_mine)              [N, P]: own rows, neighbours' rows from peer ranks, zeros
-    X_mine = (W @ Y)[mine]                 the local backend's mixing product, same shapes
+    Y_recv = exchange(Y_mine)              [Q, P]: the peer ranks' rows that neighbour a hosted worker
+    X_mine = (W @ Y)[mine]                 row by row, from Y_mine and Y_recv where they lie
 
 (CTA exchanges and mixes ``X`` first, then adapts.)  The common random numbers make the delays,
-minibatches and initial model those of the local backend; the local steps and the product are the same
-XLA programs on the same shapes, so the results are the local backend's bit for bit.  Rank 0 gathers
-the parameters for evaluations and writes every result file.
+minibatches and initial model those of the local backend; the local steps are the same XLA program per
+worker, and each row's mixing adds the same products in the same order (``BatchedTrainer._mixed``),
+so the results are the local backend's bit for bit.  Rank 0 gathers the parameters for evaluations and
+writes every result file.
 """
 
 from __future__ import annotations
@@ -24,20 +25,26 @@ from .exchange import ExchangePlan, NeighbourExchange, wait_all, worker_groups
 class MpiVirtualEngine(LocalEngine):
     def __init__(self, comm, cfg, graph, dataset, network, on_iteration=None, on_wait=None):
         self.comm = comm
-        self.groups = worker_groups(cfg.num_workers, comm.size)
-        self.plan = ExchangePlan.build(graph.adjacency, self.groups, comm.rank)
+        self.plan = ExchangePlan.build(graph.adjacency, worker_groups(cfg.num_workers, comm.size), comm.rank)
         super().__init__(cfg, graph, dataset, network, workers=self.plan.mine)
-        self.exchange = NeighbourExchange(comm, self.plan, cfg.num_workers, network.num_params, on_wait)
+        self.exchange = NeighbourExchange(comm, self.plan, network.num_params, on_wait)
         self.on_iteration = on_iteration  # heartbeat and fault injection (mpi/__main__.py)
         self._iteration = 0
 
+    def _source_positions(self) -> np.ndarray:
+        """Mixing sources as rows of ``[Y_mine; Y_recv]``: ``plan.columns`` lists their workers in order."""
+        position = np.full(self.cfg.num_workers, -1, np.int64)
+        position[self.plan.columns] = np.arange(len(self.plan.columns))
+        return position[self.sources]
+
     def _mix(self, rows, weights):
-        """``X_mine = (W @ Y)[mine]``: the local backend's product, same shapes, same XLA program, so the
-        same float sums; ``Y`` is the exchange's block, read by TF in place (DLPack, no copy)."""
+        """``X_mine = (W @ Y)[mine]``, the local backend's sums; the received rows are read by TF in
+        place (DLPack, no copy) -- :meth:`trainer.mix` runs before the next exchange overwrites them."""
         tf = self.trainer.tf
-        block = self.exchange.exchange(np.from_dlpack(rows), self._iteration)
-        mixed = self.trainer.mix(weights, tf.experimental.dlpack.from_dlpack(block.__dlpack__()))
-        return mixed[self.exchange.mine]
+        received = self.exchange.exchange(np.from_dlpack(rows), self._iteration)
+        if len(received) == 0:  # one rank, or no neighbour on another rank
+            return self.trainer.mix(weights, rows, None)
+        return self.trainer.mix(weights, rows, tf.experimental.dlpack.from_dlpack(received.__dlpack__()))
 
     def _step(self, batches, lr, weights, chunk, t):
         if self.cfg.algo.update == "atc":
@@ -72,15 +79,17 @@ class MpiVirtualEngine(LocalEngine):
         return self._gather_rows(np.ascontiguousarray(counts, dtype=np.int32), 1)
 
     def _gather_rows(self, mine: np.ndarray, row_size: int) -> np.ndarray | None:
-        """Rank 0 receives every rank's rows (groups in order, ``row_size`` values per worker)."""
+        """Rank 0 receives every rank's rows (``row_size`` values per worker), in worker order."""
         from mpi4py import MPI
 
         if self.comm.rank != 0:
             wait_all([self.comm.Igatherv(mine, None, root=0)], self.exchange.beat)
             return None
-        sizes = np.array([len(g) * row_size for g in self.groups])
-        full = np.empty((self.cfg.num_workers, *mine.shape[1:]), mine.dtype)
+        sizes = np.array([len(order) * row_size for order in self.plan.orders])
+        stacked = np.empty((self.cfg.num_workers, *mine.shape[1:]), mine.dtype)
         displacements = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         datatype = {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.int32): MPI.INT}[mine.dtype]
-        wait_all([self.comm.Igatherv(mine, [full, sizes, displacements, datatype], root=0)], self.exchange.beat)
+        wait_all([self.comm.Igatherv(mine, [stacked, sizes, displacements, datatype], root=0)], self.exchange.beat)
+        full = np.empty_like(stacked)
+        full[np.concatenate(self.plan.orders)] = stacked  # ranks store their rows in hosting order
         return full
