@@ -26,7 +26,7 @@ default mlp [128]) and 100000 (large).  In one MPI world, after a warm-up, each 
      The goal is on H/A.
 
 All ranks start each measurement after a barrier; a measurement is the slowest rank's time / K.  The
-variants alternate (A A' B H F G T, then T G F H B A' A, ...), medians over repetitions; ratios are medians of
+variants alternate (A A' B H, then H B A' A, ...), medians over repetitions; ratios are medians of
 the ratios of measurements taken back to back (``cpu``: the same in process CPU time, summed over the ranks).
 
 Part 2, end to end.  The same job -- the default config (MNIST PCA-50, mlp [128], cb_dybw, straggler=paper,
