@@ -95,6 +95,7 @@ def failed_summary(cfg, job_dir: Path, status: str, message: str, digest: str, w
         rows = pd.read_csv(Path(job_dir) / "metrics.csv").to_dict("records")
     except (OSError, ValueError):
         rows = []
+    _timeline_from_checkpoint(job_dir, digest)
     summary = _summary(cfg, status, message, rows, None, wall, digest)
     if rows:
         last = rows[-1]
@@ -102,6 +103,22 @@ def failed_summary(cfg, job_dir: Path, status: str, message: str, digest: str, w
                        mean_iteration_duration=last["mean_iteration_duration"], mean_backups=last["mean_backups"])
     ResultsWriter(job_dir).write_summary(summary)
     return summary
+
+
+def _timeline_from_checkpoint(job_dir: Path, digest: str) -> None:
+    """Write ``timeline.parquet`` from the last checkpoint when the job died before writing a newer one.
+
+    Under ``runner=mpi`` a killed or aborting rank takes rank 0 down before it can write its timeline;
+    the checkpoint rank 0 wrote at the last evaluation holds the timeline up to the iteration
+    ``metrics.csv`` ends at, so what was measured is kept."""
+    job_dir = Path(job_dir)
+    checkpoint, timeline = job_dir / CHECKPOINT, job_dir / "timeline.parquet"
+    if not checkpoint.exists() or (timeline.exists() and timeline.stat().st_mtime >= checkpoint.stat().st_mtime):
+        return
+    state = read_checkpoint(job_dir, digest)
+    if state is not None:
+        ResultsWriter(job_dir).write_timeline({key[len("timeline_"):]: value for key, value in state.items()
+                                               if key.startswith("timeline_") and key != "timeline_end"})
 
 
 class _Progress:
@@ -181,6 +198,10 @@ def run_job(cfg, graph, job_dir: Path, resolved: dict, digest: str, make_engine=
         def on_evaluation(row):
             nonlocal logged
             writer.add_metrics(row)
+            if cfg.runner.clock == "wall" and cfg.runner.name == "mpi":
+                # Not checkpointed (a measurement), so keep the timeline with each evaluation: a dead rank
+                # then loses nothing measured.  The wall clock is paused meanwhile.
+                writer.write_timeline(engine.timeline.truncated())
             progress.evaluation(row)
             if tracker is not None:
                 done = engine.timeline.done

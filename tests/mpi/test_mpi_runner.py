@@ -81,15 +81,21 @@ def _no_rank_left(job_dir) -> bool:
     return out.stdout.strip() == ""
 
 
-def test_a_rank_that_raises_fails_the_job_naming_it(tmp_path):
-    done = run_cli(SMALL + ["runner=mpi", "runner.ranks=2", "runner.fault=raise", "runner.fault_rank=1",
-                            "runner.fault_iteration=5", "iterations=40"], cwd=tmp_path, timeout=300)
+@pytest.mark.parametrize("clock", [["runner.ranks=2"],
+                                   ["runner.clock=wall", "num_workers=2", "runner.ranks=2"]])
+def test_a_rank_that_raises_fails_the_job_naming_it_and_keeps_what_was_measured(tmp_path, clock):
+    done = run_cli(SMALL + ["runner=mpi", "runner.fault=raise", "runner.fault_rank=1", "runner.fault_iteration=6",
+                            "iterations=40"] + clock, cwd=tmp_path, timeout=300)
     assert done.returncode != 0
     assert "rank 1" in done.stderr and "injected fault" in done.stderr
     job_dir = next((tmp_path / "results" / "adhoc").iterdir())
     summary = pd.read_json(job_dir / "summary.json", typ="series")
     assert summary["status"] == "failed" and "rank 1" in summary["message"]
-    assert (job_dir / "metrics.csv").exists()  # what was measured is kept
+    # what was measured is kept: the evaluations and the timeline up to the last one (iteration 4)
+    assert list(pd.read_csv(job_dir / "metrics.csv")["iteration"]) == [0, 4]
+    timeline = pd.read_parquet(job_dir / "timeline.parquet")
+    workers = 2 if "num_workers=2" in clock else 8
+    assert len(timeline) == 4 * workers and list(timeline["iteration"].unique()) == [0, 1, 2, 3]
     assert _no_rank_left(job_dir)
 
 
