@@ -93,6 +93,25 @@ def test_mixing_hosted_rows_from_two_buffers_gives_the_bits_of_one(topology):
     np.testing.assert_allclose(whole, weights @ rows, rtol=1e-5, atol=1e-5)
 
 
+def test_evaluation_chunks_sum_to_the_same_bits_whichever_process_takes_them():
+    """The MPI ranks split the average model's evaluation by chunks: each chunk's sums must not depend on
+    which other chunks share the call, and together they give the whole data set's metrics."""
+    tf = import_tensorflow()
+    cfg, graph, dataset, network, engine = engine_for(
+        ["model=mlp", "model.hidden=[16]", "dataset.num_train=6000", "dataset.num_test=1000"])
+    trainer = engine.trainer
+    assert trainer.chunk_size == 2500 and trainer.train_chunks == 3 and trainer.num_chunks == 4  # padded
+    average = np.random.default_rng(0).normal(0, 0.3, network.num_params).astype(np.float32)
+    whole = trainer.chunk_sums(average, np.arange(4))
+    for chunks in ([0], [1, 2], [3], [2, 3], [0, 1, 2]):
+        np.testing.assert_array_equal(trainer.chunk_sums(average, np.array(chunks)), whole[chunks])
+    metrics = trainer.metrics_from_chunks(whole)
+    logits = network.logits(tf, average[None], dataset.x_test[None])[0].numpy()
+    assert metrics["test_accuracy"] == np.mean(logits.argmax(-1) == dataset.y_test)
+    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=dataset.y_test.astype(np.int32), logits=logits)
+    assert metrics["test_loss"] == pytest.approx(float(np.mean(losses)), rel=1e-6)
+
+
 def test_cb_static_with_no_backups_gives_cb_full_results(tmp_path):
     full = run_config(TINY + ["algo=cb_full"], tmp_path / "full")
     static = run_config(TINY + ["algo=cb_static", "algo.b=0"], tmp_path / "static")

@@ -97,7 +97,15 @@ def _summaries(results: Path, experiment: str, exclude: str = "") -> list[dict]:
 
 def _pm(values: list[float], digits: int, scale: float = 1.0) -> str:
     text = f"{statistics.mean(values) * scale:.{digits}f}"
+    text = text.lstrip("-") if float(text) == 0 else text
     return text + (f" ± {statistics.stdev(values) * scale:.{digits}f}" if len(values) > 1 else "")
+
+
+def test_a_mean_that_rounds_to_zero_has_no_minus_sign():
+    from dybw.figures.analysis import fmt_pm
+
+    assert fmt_pm((-4e-5, 2e-4, 3), 2, 100) == "0.00 ± 0.02"
+    assert fmt_pm((-6e-5, 2e-4, 3), 2, 100) == "-0.01 ± 0.02"
 
 
 def test_reproduction_numbers_match_the_results_files(quick):

@@ -27,6 +27,10 @@ from .sampling import BatchSampler
 from .stragglers import DelaySampler
 from .tf_setup import import_tensorflow, use_threads
 
+# Samples per piece of the average model's evaluation: processes share the pieces, and each piece is
+# summed by the same program wherever it runs.  Divides MNIST's and CIFAR-10's 60k/50k/10k exactly.
+EVALUATION_CHUNK = 2500
+
 
 class Diverged(DybwError):
     """A loss or a parameter became NaN or infinite."""
@@ -86,9 +90,27 @@ class BatchedTrainer:
         self.params = tf.constant(np.tile(initial[None, :], (num_workers, 1)))
         step = self._adapt_then_combine if update == "atc" else self._combine_then_adapt
         self._step = tf.function(step, jit_compile=True)
-        self._evaluate = tf.function(self._evaluation, jit_compile=True)
+        self._average = tf.function(self._average_and_consensus, jit_compile=True)
+        self._chunk_sums = tf.function(self._sums_over_chunks, jit_compile=True)
         self._count_correct = tf.function(self._correct_counts, jit_compile=True)
-        self.num_test = len(dataset.y_test)
+        self.num_train, self.num_test = len(dataset.y_train), len(dataset.y_test)
+        self._prepare_chunks(dataset)
+
+    def _prepare_chunks(self, dataset) -> None:
+        """The training then the test samples, each padded (mask 0) to a multiple of the chunk size."""
+        size = self.chunk_size = min(EVALUATION_CHUNK, max(self.num_train, self.num_test))
+
+        def padded(values, fill=0):
+            return np.concatenate([values, np.full((-len(values) % size, *values.shape[1:]), fill, values.dtype)])
+
+        samples = np.concatenate([padded(dataset.x_train), padded(dataset.x_test)])
+        self.train_chunks = len(padded(dataset.y_train)) // size
+        self.num_chunks = len(samples) // size
+        self.chunk_samples = self.tf.Variable(samples, trainable=False)
+        self.chunk_labels = self.tf.Variable(np.concatenate([padded(dataset.y_train.astype(np.int32)),
+                                                             padded(dataset.y_test.astype(np.int32))]), trainable=False)
+        self.chunk_mask = self.tf.Variable(np.concatenate([padded(np.ones(self.num_train, np.float32)),
+                                                           padded(np.ones(self.num_test, np.float32))]), trainable=False)
 
     def _local_loss(self, params, indices):
         """``f_j(x_j; batch_j)`` of one worker: mean cross-entropy (+ weight decay) for ``[P]``, ``[B]``."""
@@ -173,27 +195,52 @@ class BatchedTrainer:
             self._mix = self.tf.function(self._mixed, jit_compile=True)
         return self._mix(weights, rows, received)
 
-    def _evaluation(self, params):
+    def _average_and_consensus(self, params):
+        """``xbar = mean_j x_j``, the consensus distance ``mean_j ||x_j - xbar||^2``, and whether X is finite."""
         tf = self.tf
-        average = tf.reduce_mean(params, axis=0, keepdims=True)
+        average = tf.reduce_mean(params, axis=0)
+        consensus = tf.reduce_mean(tf.reduce_sum(tf.square(params - average[None]), axis=1))
+        return average, consensus, tf.reduce_all(tf.math.is_finite(params))
 
-        def loss_and_accuracy(p, x, y):
-            logits = self.network.logits(tf, p, x[None])
-            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-                labels=tf.broadcast_to(y[None], tf.shape(logits)[:2]), logits=logits), axis=1)
-            correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), y[None]), tf.float32)
-            return loss, tf.reduce_mean(correct, axis=1)
+    def _sums_over_chunks(self, average, chunks):
+        """Per chunk ``c`` of ``chunks`` ``[n]``: the summed cross-entropy of the average model on its samples
+        and how many of them it classifies right.  One chunk at a time (``tf.map_fn``), as the step loops
+        over workers: a chunk's sums have the same bits whichever process, and with whichever other
+        chunks, computes them."""
+        tf = self.tf
+        size, features = self.chunk_size, self.chunk_samples.shape[1]
 
-        train_loss, _ = loss_and_accuracy(average, self.x_train, self.y_train)
-        test_loss, test_accuracy = loss_and_accuracy(average, self.x_test, self.y_test)
-        consensus = tf.reduce_mean(tf.reduce_sum(tf.square(params - average), axis=1))
-        return {"train_loss": train_loss[0], "test_loss": test_loss[0], "test_accuracy": test_accuracy[0],
-                "consensus_distance": consensus, "finite": tf.reduce_all(tf.math.is_finite(params))}
+        def chunk_sums(chunk):
+            start = chunk * size
+            x = tf.slice(self.chunk_samples, tf.stack([start, 0]), [size, features])
+            y = tf.slice(self.chunk_labels, tf.reshape(start, [1]), [size])
+            mask = tf.slice(self.chunk_mask, tf.reshape(start, [1]), [size])
+            logits = self.network.logits(tf, average[None], x[None])[0]
+            losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+            hits = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), y), tf.float32)
+            return tf.reduce_sum(losses * mask), tf.reduce_sum(hits * mask)
 
-    def evaluate(self, params=None) -> dict:
-        """Metrics of the average model ``xbar = mean_j x_j`` over all N rows, and whether they are finite."""
-        values = {k: v.numpy() for k, v in self._evaluate(self.params if params is None else params).items()}
-        return {k: (bool(v) if k == "finite" else float(v)) for k, v in values.items()}
+        return tf.map_fn(chunk_sums, chunks, fn_output_signature=(tf.float32, tf.float32))
+
+    def average_model(self, params) -> tuple[np.ndarray, float, bool]:
+        """``(xbar [P], consensus distance, finite)`` of the parameters ``[N, P]``."""
+        average, consensus, finite = self._average(params)
+        return average.numpy(), float(consensus), bool(finite)
+
+    def chunk_sums(self, average: np.ndarray, chunks: np.ndarray) -> np.ndarray:
+        """``[len(chunks), 2]`` float64: (loss sum, right predictions) of the average model per chunk."""
+        if len(chunks) == 0:
+            return np.zeros((0, 2))
+        losses, hits = self._chunk_sums(self.tf.constant(average), self.tf.constant(chunks, dtype=self.tf.int32))
+        return np.stack([losses.numpy(), hits.numpy()], axis=1).astype(np.float64)
+
+    def metrics_from_chunks(self, sums: np.ndarray) -> dict:
+        """Losses and accuracy of the average model from every chunk's sums ``[num_chunks, 2]``, added in
+        chunk order (float64): the same numbers for any split of the chunks between processes."""
+        train, test = sums[:self.train_chunks], sums[self.train_chunks:]
+        return {"train_loss": float(train[:, 0].sum() / self.num_train),
+                "test_loss": float(test[:, 0].sum() / self.num_test),
+                "test_accuracy": float(test[:, 1].sum() / self.num_test)}
 
     def _correct_counts(self, params):
         """Test samples each row's own model classifies right, ``[M]`` int32 -- exact counts, one worker at a
@@ -291,20 +338,40 @@ class LocalEngine:
         """Every worker's count ``[N]`` from the hosted workers' ``counts`` where evaluations happen."""
         return counts
 
+    def share_average(self, average: np.ndarray | None) -> np.ndarray:
+        """The average model, from where the parameters are gathered to every process."""
+        return average
+
+    def evaluation_chunks(self) -> np.ndarray:
+        """The chunks of the evaluation samples this process sums (here: all)."""
+        return np.arange(self.trainer.num_chunks)
+
+    def gather_chunk_sums(self, chunks: np.ndarray, sums: np.ndarray) -> np.ndarray | None:
+        """Every chunk's sums ``[num_chunks, 2]`` where evaluations happen (None elsewhere)."""
+        return sums
+
     def _evaluate(self) -> dict | None:
         """Evaluation metrics (None on processes that do not evaluate).
 
-        Every process counts its own workers' correct test predictions (the local models' accuracy, most
-        of an evaluation's work); the average model is evaluated where the parameters are gathered.
+        Every process counts its own workers' correct test predictions (the local models' accuracy) and
+        sums the average model's losses and hits over its share of the samples (``evaluation_chunks``);
+        the process that gathers the parameters averages them and adds the shares up.
         """
         correct = self.gather_counts(self.trainer.correct_counts())
         params = self.gather_params()
+        average = consensus = finite = None
+        if params is not None:
+            self.evaluated_params = params  # what the checkpoint after this evaluation saves
+            average, consensus, finite = self.trainer.average_model(self.trainer.tf.constant(params))
+        average = self.share_average(average)
+        chunks = self.evaluation_chunks()
+        sums = self.gather_chunk_sums(chunks, self.trainer.chunk_sums(average, chunks))
         if params is None:
             return None
-        self.evaluated_params = params  # what the checkpoint after this evaluation saves
-        row = self.trainer.evaluate(self.trainer.tf.constant(params))
-        row["local_test_accuracy"] = int(correct.sum()) / (len(correct) * self.trainer.num_test)
-        if not row["finite"]:
+        row = self.trainer.metrics_from_chunks(sums)
+        row.update(consensus_distance=consensus, finite=finite,
+                   local_test_accuracy=int(correct.sum()) / (len(correct) * self.trainer.num_test))
+        if not finite:
             rows = np.asarray(params)
             row["first_non_finite_worker"] = int(np.flatnonzero(~np.isfinite(rows).all(axis=1))[0])
         return row

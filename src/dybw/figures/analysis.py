@@ -33,6 +33,8 @@ def fmt_pm(stats: tuple[float, float, int], digits: int = 1, scale: float = 1.0,
     if count == 0 or not math.isfinite(mean):
         return "n/a"
     text = f"{mean * scale:.{digits}f}"
+    if float(text) == 0:
+        text = text.lstrip("-")  # a mean that rounds to zero is "0.00", not "-0.00"
     if count > 1 and math.isfinite(std):
         text += f" ± {std * scale:.{digits}f}"
     return text + unit

@@ -19,10 +19,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine import LocalEngine
+from .evaluation import SharedEvaluation
 from .exchange import ExchangePlan, NeighbourExchange, wait_all, worker_groups
 
 
-class MpiVirtualEngine(LocalEngine):
+class MpiVirtualEngine(SharedEvaluation, LocalEngine):
     def __init__(self, comm, cfg, graph, dataset, network, on_iteration=None, on_wait=None):
         self.comm = comm
         self.plan = ExchangePlan.build(graph.adjacency, worker_groups(cfg.num_workers, comm.size), comm.rank)
@@ -30,6 +31,9 @@ class MpiVirtualEngine(LocalEngine):
         self.exchange = NeighbourExchange(comm, self.plan, network.num_params, on_wait)
         self.on_iteration = on_iteration  # heartbeat and fault injection (mpi/__main__.py)
         self._iteration = 0
+
+    def _wait(self, requests) -> None:
+        wait_all(requests, self.exchange.beat)  # beating the heartbeat while a peer is busy
 
     def _source_positions(self) -> np.ndarray:
         """Mixing sources as rows of ``[Y_mine; Y_recv]``: ``plan.columns`` lists their workers in order."""

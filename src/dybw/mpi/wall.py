@@ -29,12 +29,13 @@ import numpy as np
 
 from ..engine import Diverged, LocalEngine
 from ..mixing import mixing_matrices
+from .evaluation import SharedEvaluation
 
 DATA_TAG, DONE_TAG = 0, 1
 POLL_SECONDS = 0.0002
 
 
-class WallClockEngine(LocalEngine):
+class WallClockEngine(SharedEvaluation, LocalEngine):
     def __init__(self, comm, cfg, graph, dataset, network, on_iteration=None, on_wait=None):
         if comm.size != cfg.num_workers:
             raise ValueError(f"the wall clock runs one worker per rank: {cfg.num_workers} workers need "
