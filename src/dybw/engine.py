@@ -301,9 +301,11 @@ class RunOutcome:
 class LocalEngine:
     """Runs one job: schedule chunks, TF steps, evaluations, timeline; reports via callbacks.
 
-    The MPI backend subclasses it and replaces how a step is taken (:meth:`_step`), how divergence is
-    agreed on (:meth:`_first_non_finite`) and how the parameters reach the evaluating process
-    (:meth:`gather_params`).
+    The MPI backends subclass it and replace where the mixing reads its rows (:meth:`_source_positions`),
+    how a step is taken (:meth:`_step`), how divergence is agreed on (:meth:`_first_non_finite`), and
+    how an evaluation is shared: the parameters and counts gathered (:meth:`gather_params`,
+    :meth:`gather_counts`), the average model sent out (:meth:`share_average`), the samples split
+    (:meth:`evaluation_chunks`) and their sums gathered (:meth:`gather_chunk_sums`).
     """
 
     def __init__(self, cfg, graph, dataset, network: StackedNetwork, workers=None):
@@ -321,6 +323,7 @@ class LocalEngine:
     def _source_positions(self) -> np.ndarray:
         """Where each hosted row's mixing sources are in the trainer's buffers (here: every row of ``Y``)."""
         return self.sources
+
     def _step(self, batches, lr, weights, chunk: ScheduleChunk, t: int) -> np.ndarray:
         """One iteration of the hosted workers; returns their local losses."""
         return self.trainer.step(batches, lr, weights)
