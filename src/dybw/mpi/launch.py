@@ -64,19 +64,37 @@ def launch_command(cfg, job_dir: Path) -> list[str]:
     return [program, *launcher[1:], sys.executable, "-m", "dybw.mpi", str(job_dir)]
 
 
-class _Forwarder(threading.Thread):
-    """Copies the world's output to our stderr (progress bars) and keeps its tail for error messages."""
+# Lines the launcher restates in its one-line error: a failing rank's own message and MPICH's abort notice.
+RESTATED_PREFIXES = (b"dybw rank ", b"Abort(")
 
-    def __init__(self, stream):
+
+class _Forwarder(threading.Thread):
+    """Copies the world's output to our stderr (progress bars) and keeps its tail for error messages.
+
+    Whole lines the launcher restates (:data:`RESTATED_PREFIXES`) are left out, so a failing rank
+    reaches the user as the launcher's one line; anything else, a partial progress line included, is
+    passed on as soon as it arrives."""
+
+    def __init__(self, stream, out=None):
         super().__init__(daemon=True)
-        self.stream = stream
+        self.stream, self.out = stream, out or sys.stderr.buffer
         self.tail = b""
+        self._line = b""  # the start of a line that may turn out to be a restated one
 
     def run(self):
         for chunk in iter(lambda: self.stream.read1(4096), b""):
-            sys.stderr.buffer.write(chunk)
-            sys.stderr.buffer.flush()
             self.tail = (self.tail + chunk)[-8192:]
+            self.out.write(self.filter(chunk))
+            self.out.flush()
+        self.out.write(self._line)
+        self.out.flush()
+
+    def filter(self, chunk: bytes) -> bytes:
+        *lines, rest = (self._line + chunk).split(b"\n")
+        kept = b"".join(line + b"\n" for line in lines if not line.startswith(RESTATED_PREFIXES))
+        could_be_restated = any(rest.startswith(p) or p.startswith(rest) for p in RESTATED_PREFIXES)
+        self._line = rest if rest and could_be_restated else b""
+        return kept if self._line or not rest else kept + rest
 
 
 class _DeathWatch(threading.Thread):
