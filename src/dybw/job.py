@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from .engine import Diverged, LocalEngine
-from .errors import interruption
+from .errors import DataError, interruption
 from .models import build_network
 from .results import CHECKPOINT, ResultsWriter, read_checkpoint, read_summary, write_checkpoint
 
@@ -65,7 +65,6 @@ def _run_mpi(cfg, graph, job_dir: Path, resolved: dict, digest: str) -> dict:
         from .mpi.__main__ import run_in_world
 
         return run_in_world(MPI.COMM_WORLD, cfg, graph, job_dir, resolved, digest)
-    from .errors import DataError
     from .mpi.launch import launch_job
 
     try:

@@ -1,8 +1,8 @@
 """Models as N stacked copies evaluated in one TensorFlow computation.
 
-Worker j's parameters are row j of a flat ``[N, P]`` float32 matrix, so mixing is one ``W @ X`` product
-and the local step of all workers is one TF program.  A network with layer sizes
-``s_0 = input_dim, s_1, ..., s_L = classes`` computes, per worker,
+Worker j's parameters are row j of a flat ``[N, P]`` float32 matrix, so mixing combines rows
+(``engine.BatchedTrainer._mixed``) and the local step of all workers is one TF program.  A network with
+layer sizes ``s_0 = input_dim, s_1, ..., s_L = classes`` computes, per worker,
 
     h_0 = x,   h_l = relu(h_{l-1} W_l + b_l)  (l < L),   logits = h_{L-1} W_L + b_L
 

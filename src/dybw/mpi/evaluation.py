@@ -1,9 +1,10 @@
-"""The average model's evaluation shared by the ranks (both MPI engines).
+"""An evaluation shared by the ranks (both MPI engines).
 
-Rank 0 gathers the parameters and averages them; every rank receives ``xbar`` and sums the losses and
+Every rank counts its workers' right test predictions; rank 0 gathers the counts and the parameters
+(back in worker order) and averages the parameters; every rank receives ``xbar`` and sums the losses and
 right predictions over its share of the evaluation chunks (``engine.BatchedTrainer.chunk_sums``); rank 0
 adds the shares up in chunk order.  The chunk sums are the local backend's bits, so the metrics are too,
-and an evaluation -- most of a default run's time -- costs about ``1/R`` of the work on each rank.
+and each rank does about ``1/R`` of an evaluation's work.
 """
 
 from __future__ import annotations
@@ -12,12 +13,41 @@ import numpy as np
 
 
 class SharedEvaluation:
-    """Mixin for an engine with ``comm`` and ``trainer``; ``_wait(requests)`` completes MPI requests."""
+    """Mixin for an engine with ``comm``, ``cfg`` and ``trainer``; ``_wait(requests)`` completes MPI
+    requests, ``_hosting_orders()`` lists every rank's workers in the order it stores their rows."""
 
     def _wait(self, requests) -> None:
         from mpi4py import MPI
 
         MPI.Request.Waitall(requests)
+
+    def _hosting_orders(self) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def gather_params(self) -> np.ndarray | None:
+        """All workers' parameters ``[N, P]`` on rank 0 (None elsewhere)."""
+        return self._gather_rows(np.from_dlpack(self.trainer.params), self.trainer.params.shape[1])
+
+    def gather_counts(self, counts: np.ndarray) -> np.ndarray | None:
+        """All workers' counts ``[N]`` on rank 0 (None elsewhere)."""
+        return self._gather_rows(np.ascontiguousarray(counts, dtype=np.int32), 1)
+
+    def _gather_rows(self, mine: np.ndarray, row_size: int) -> np.ndarray | None:
+        """Rank 0 receives every rank's rows (``row_size`` values per worker), in worker order."""
+        from mpi4py import MPI
+
+        if self.comm.rank != 0:
+            self._wait([self.comm.Igatherv(mine, None, root=0)])
+            return None
+        orders = self._hosting_orders()
+        sizes = np.array([len(order) * row_size for order in orders])
+        stacked = np.empty((self.cfg.num_workers, *mine.shape[1:]), mine.dtype)
+        displacements = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        datatype = {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.int32): MPI.INT}[mine.dtype]
+        self._wait([self.comm.Igatherv(mine, [stacked, sizes, displacements, datatype], root=0)])
+        full = np.empty_like(stacked)
+        full[np.concatenate(orders)] = stacked  # ranks store their rows in hosting order
+        return full
 
     def share_average(self, average: np.ndarray | None) -> np.ndarray:
         """Rank 0's ``xbar`` on every rank."""

@@ -35,6 +35,9 @@ class MpiVirtualEngine(SharedEvaluation, LocalEngine):
     def _wait(self, requests) -> None:
         wait_all(requests, self.exchange.beat)  # beating the heartbeat while a peer is busy
 
+    def _hosting_orders(self) -> list[np.ndarray]:
+        return self.plan.orders
+
     def _source_positions(self) -> np.ndarray:
         """Mixing sources as rows of ``[Y_mine; Y_recv]``: ``plan.columns`` lists their workers in order."""
         position = np.full(self.cfg.num_workers, -1, np.int64)
@@ -71,29 +74,5 @@ class MpiVirtualEngine(SharedEvaluation, LocalEngine):
 
         local = super()._first_non_finite(losses)
         first = np.array([self.cfg.num_workers if local is None else local], dtype=np.int64)
-        wait_all([self.comm.Iallreduce(MPI.IN_PLACE, first, op=MPI.MIN)], self.exchange.beat)
+        self._wait([self.comm.Iallreduce(MPI.IN_PLACE, first, op=MPI.MIN)])
         return None if first[0] == self.cfg.num_workers else int(first[0])
-
-    def gather_params(self) -> np.ndarray | None:
-        """All workers' parameters ``[N, P]`` on rank 0 (None elsewhere)."""
-        return self._gather_rows(np.from_dlpack(self.trainer.params), self.trainer.params.shape[1])
-
-    def gather_counts(self, counts: np.ndarray) -> np.ndarray | None:
-        """All workers' counts ``[N]`` on rank 0 (None elsewhere)."""
-        return self._gather_rows(np.ascontiguousarray(counts, dtype=np.int32), 1)
-
-    def _gather_rows(self, mine: np.ndarray, row_size: int) -> np.ndarray | None:
-        """Rank 0 receives every rank's rows (``row_size`` values per worker), in worker order."""
-        from mpi4py import MPI
-
-        if self.comm.rank != 0:
-            wait_all([self.comm.Igatherv(mine, None, root=0)], self.exchange.beat)
-            return None
-        sizes = np.array([len(order) * row_size for order in self.plan.orders])
-        stacked = np.empty((self.cfg.num_workers, *mine.shape[1:]), mine.dtype)
-        displacements = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-        datatype = {np.dtype(np.float32): MPI.FLOAT, np.dtype(np.int32): MPI.INT}[mine.dtype]
-        wait_all([self.comm.Igatherv(mine, [stacked, sizes, displacements, datatype], root=0)], self.exchange.beat)
-        full = np.empty_like(stacked)
-        full[np.concatenate(self.plan.orders)] = stacked  # ranks store their rows in hosting order
-        return full

@@ -238,19 +238,8 @@ class WallClockEngine(SharedEvaluation, LocalEngine):
             self.timeline.end[:done] = gathered[:, :, 5].max(axis=0)
             self.timeline.done = done
 
-    def gather_params(self):
-        """All workers' parameters ``[N, P]`` on rank 0 (one worker per rank), None elsewhere."""
-        mine = np.ascontiguousarray(self.trainer.params.numpy(), dtype=np.float32)
-        full = np.empty((self.comm.size, mine.shape[1]), np.float32) if self.me == 0 else None
-        self.comm.Gather(mine, full, root=0)
-        return full
-
-    def gather_counts(self, counts: np.ndarray) -> np.ndarray | None:
-        """All workers' counts ``[N]`` on rank 0 (one worker per rank), None elsewhere."""
-        mine = np.ascontiguousarray(counts, dtype=np.int32)
-        full = np.empty(self.comm.size, np.int32) if self.me == 0 else None
-        self.comm.Gather(mine, full, root=0)
-        return full
+    def _hosting_orders(self) -> list[np.ndarray]:
+        return [np.array([rank]) for rank in range(self.comm.size)]  # one worker per rank
 
     def _shutdown(self) -> None:
         """Deliver every held message, tell the neighbours we are done, drain until they are too."""
