@@ -1,51 +1,61 @@
 # dybw — `make help` lists the targets.
-PYTHON ?= python
-# Offline copies of the datasets beside the checkout (this workplace, CI); elsewhere dybw reads ./data
-# and downloads what is missing.
-ifneq ($(wildcard ../shared/data),)
-export DYBW_DATA_DIR ?= $(abspath ../shared/data)
-endif
-INSTALLED := .make/installed
+#
+# Every target runs in a project virtualenv, .venv/, made on first use with `python3 -m venv` (no
+# system site-packages: what the tests import must be declared in pyproject.toml).  To use an
+# environment of your own instead: make <target> PYTHON=/path/to/python
+VENV ?= .venv
+PYTHON ?= $(VENV)/bin/python
+# One install marker per interpreter, redone when pyproject.toml changes.
+INSTALLED := .make/installed$(subst /,_,$(abspath $(PYTHON)))
+OWN_VENV := $(filter $(VENV)/bin/python,$(PYTHON))
 
-.PHONY: help install test test-fast run smoke bench bench-mpi report clean
+.PHONY: help install data test test-fast lint run smoke bench bench-mpi report figures figures-quick clean
 
 help:  ## show this help
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-14s %s\n", $$1, $$2}'
 
-install: $(INSTALLED)  ## install dybw and its test tools with pip (editable; once per pyproject change)
+$(VENV)/bin/python:
+	python3 -m venv $(VENV)
 
-$(INSTALLED): pyproject.toml
+install: $(INSTALLED)  ## make .venv/ and pip install -e ".[test]" into it (again when pyproject.toml changes)
+
+$(INSTALLED): pyproject.toml | $(OWN_VENV)
 	$(PYTHON) -m pip install -e ".[test]"
 	@mkdir -p $(dir $@) && touch $@
 
-test: $(INSTALLED)  ## run the whole test suite (needs the datasets: DYBW_DATA_DIR, default ../shared/data)
+data:  ## link ./data to an offline copy of the datasets (DYBW_DATA_DIR, else ../shared/data) if there is one
+	@if [ -e data ] || [ -L data ]; then echo "data: ./data is there ($$(readlink -f data))"; \
+	elif [ -n "$$DYBW_DATA_DIR" ] && [ -d "$$DYBW_DATA_DIR" ]; then ln -s "$$(readlink -f "$$DYBW_DATA_DIR")" data && echo "data: ./data -> $$DYBW_DATA_DIR"; \
+	elif [ -d ../shared/data ]; then ln -s "$$(readlink -f ../shared/data)" data && echo "data: ./data -> ../shared/data"; \
+	else echo "data: no offline copy; dybw downloads into ./data on first use"; fi
+
+test: $(INSTALLED) data  ## run the whole test suite
 	$(PYTHON) -m pytest -q
 
-test-fast: $(INSTALLED)  ## the tests that need no real dataset run
+test-fast: $(INSTALLED) data  ## the tests that need no real dataset run
 	$(PYTHON) -m pytest -q -m "not slow"
 
-run: $(INSTALLED)  ## the README's main job: cb-DyBW and cb-Full on MNIST
+run: $(INSTALLED) data  ## the README's main job: cb-DyBW and cb-Full on MNIST
 	$(PYTHON) run.py -m algo=cb_dybw,cb_full dataset=mnist
 
 smoke: $(INSTALLED)  ## a seconds-long run on the synthetic task
 	$(PYTHON) run.py experiment=smoke
 
-bench: $(INSTALLED)  ## engine vs bare TF step; time per iteration vs N
+bench: $(INSTALLED) data  ## engine vs bare TF step; time per iteration vs N
 	$(PYTHON) bench/bench_engine.py
 
-bench-mpi: $(INSTALLED)  ## MPI exchange vs bare mpi4py; runner=mpi vs runner=local end to end (~3 min)
+bench-mpi: $(INSTALLED) data  ## MPI exchange vs bare mpi4py; runner=mpi vs runner=local end to end (~3 min)
 	$(PYTHON) bench/bench_mpi.py
 	$(PYTHON) bench/bench_step_layout.py
 
 report: $(INSTALLED)  ## W&B report of an experiment (EXPERIMENT=name, default the latest); offline: what it would create
 	$(PYTHON) -m dybw.report $(if $(EXPERIMENT),--experiment $(EXPERIMENT))
 
-.PHONY: figures figures-quick
-figures: $(INSTALLED)  ## run what experiments/*.yaml need (finished jobs reused), draw paper_figures/ + REPRODUCTION.md (ONLY=spec)
+figures: $(INSTALLED) data  ## run what experiments/*.yaml need (finished jobs reused), draw paper_figures/ + REPRODUCTION.md (ONLY=spec)
 	$(PYTHON) -m dybw.figures $(if $(ONLY),--only $(ONLY))
 
-figures-quick: $(INSTALLED)  ## the same pipeline at tiny sizes (synthetic data, ~2 min), into results/quick_figures/
+figures-quick: $(INSTALLED)  ## the same pipeline at tiny sizes (synthetic data), into results/quick_figures/
 	$(PYTHON) -m dybw.figures --quick $(if $(ONLY),--only $(ONLY))
 
-clean:  ## remove run outputs
+clean:  ## remove run outputs (not .venv/ or ./data)
 	rm -rf results/ multirun/ outputs/ .make/

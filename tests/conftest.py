@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
+# The data directory dybw itself would use from the checkout (``make data`` links ./data to an offline
+# copy), else the offline copy beside the checkout; subprocesses inherit it.
+DATA = REPO / "data" if (REPO / "data").exists() else REPO.parent / "shared" / "data"
 
-os.environ.setdefault("DYBW_DATA_DIR", str(SHARED_DATA))
+os.environ.setdefault("DYBW_DATA_DIR", str(DATA))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
