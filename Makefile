@@ -9,7 +9,7 @@ PYTHON ?= $(VENV)/bin/python
 INSTALLED := .make/installed$(subst /,_,$(abspath $(PYTHON)))
 OWN_VENV := $(filter $(VENV)/bin/python,$(PYTHON))
 
-.PHONY: help install data test test-fast lint run smoke bench bench-mpi report figures figures-quick clean
+.PHONY: help install data test test-fast lint format run smoke bench bench-mpi report figures figures-quick clean
 
 help:  ## show this help
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-14s %s\n", $$1, $$2}'
@@ -31,6 +31,14 @@ data:  ## link ./data to an offline copy of the datasets (DYBW_DATA_DIR, else ..
 
 test: $(INSTALLED) data  ## run the whole test suite
 	$(PYTHON) -m pytest -q
+
+lint: $(INSTALLED)  ## ruff: lint and format check (make format rewrites the files)
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check .
+
+format: $(INSTALLED)  ## ruff: fix what can be fixed, then format
+	$(PYTHON) -m ruff check --fix .
+	$(PYTHON) -m ruff format .
 
 test-fast: $(INSTALLED) data  ## the tests that need no real dataset run
 	$(PYTHON) -m pytest -q -m "not slow"

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """dybw entry point: compose the config (Hydra) -> validate every job -> run each -> write results.
 
-    python run.py                                   # one job with the paper's defaults
-    python run.py -m algo=cb_dybw,cb_full dataset=mnist   # a multirun, one job per algorithm
+python run.py                                   # one job with the paper's defaults
+python run.py -m algo=cb_dybw,cb_full dataset=mnist   # a multirun, one job per algorithm
 """
 
 import signal
@@ -33,7 +33,9 @@ if __name__ == "__main__":
     try:
         main()
     except KeyboardInterrupt as stop:
-        fail(f"{interruption(stop)}: measured results were flushed, status 'interrupted'",
-             code=128 + (signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT))
+        fail(
+            f"{interruption(stop)}: measured results were flushed, status 'interrupted'",
+            code=128 + (signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT),
+        )
     if FAILED_JOBS:
         sys.exit(1)

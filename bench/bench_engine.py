@@ -45,7 +45,6 @@ from pathlib import Path
 import numpy as np
 
 from common import REPO, compose, environment, fmt, med  # bench/common.py; sets DYBW_DATA_DIR
-
 from dybw.tf_setup import import_tensorflow  # noqa: E402  (before any other TF import)
 
 tf = import_tensorflow()
@@ -66,29 +65,57 @@ LEGEND = (
     "bookkeeping); ratios = medians of the ratios of measurements taken back to back (cpu: the same with "
     "process CPU time); eval = one evaluation; C = LocalEngine.run with eval_every=10, evaluations "
     "included; load = highest 1-min load average seen (this benchmark alone makes ~2 on 2 cores: more means "
-    "other processes competed for the CPU). Times in ms per iteration, medians.")
+    "other processes competed for the CPU). Times in ms per iteration, medians."
+)
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--quick", action="store_true", help="N in 8 16, short measurements (< 1 minute)")
-    p.add_argument("--workers", type=lambda s: tuple(int(x) for x in s.split(",")), default=None,
-                   help="comma-separated N values (default 8,16,32,64,128; --quick: 8,16)")
+    p.add_argument(
+        "--workers",
+        type=lambda s: tuple(int(x) for x in s.split(",")),
+        default=None,
+        help="comma-separated N values (default 8,16,32,64,128; --quick: 8,16)",
+    )
     p.add_argument("--models", type=lambda s: tuple(s.split(",")), default=MODELS, help="default logreg,mlp")
-    p.add_argument("--batch", type=int, default=256,
-                   help="minibatch per worker, the same for every N (default 256: N=128 shards hold 468)")
-    p.add_argument("--reps", type=int, default=None,
-                   help="most repetitions of A, A', B (default 7; --quick: 3); at least 3")
-    p.add_argument("--budget", type=float, default=None,
-                   help="seconds per case for the repetitions, fewer reps when slower (default 40; --quick: 3)")
+    p.add_argument(
+        "--batch",
+        type=int,
+        default=256,
+        help="minibatch per worker, the same for every N (default 256: N=128 shards hold 468)",
+    )
+    p.add_argument(
+        "--reps", type=int, default=None, help="most repetitions of A, A', B (default 7; --quick: 3); at least 3"
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="seconds per case for the repetitions, fewer reps when slower (default 40; --quick: 3)",
+    )
     p.add_argument("--eval-reps", type=int, default=None, help="repetitions of (C) (default 2; --quick: 1)")
-    p.add_argument("--seconds", type=float, default=None,
-                   help="target duration of one A measurement, sets K (default 0.5; --quick: 0.1)")
-    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra Hydra override, e.g. --override topology=random_regular (repeatable)")
-    p.add_argument("--out", type=Path, default=None,
-                   help="JSON output (default results/bench/engine.json; --quick: engine_quick.json)")
+    p.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help="target duration of one A measurement, sets K (default 0.5; --quick: 0.1)",
+    )
+    p.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra Hydra override, e.g. --override topology=random_regular (repeatable)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="JSON output (default results/bench/engine.json; --quick: engine_quick.json)",
+    )
     args = p.parse_args(argv)
     args.workers = args.workers or (QUICK_WORKERS if args.quick else FULL_WORKERS)
     args.reps = max(3, args.reps or (3 if args.quick else 7))
@@ -108,12 +135,21 @@ class Case:
     """One (model, N): the engine, its compiled trainer, and the measurements A, A', B, C."""
 
     def __init__(self, model: str, num_workers: int, batch: int, extra: list[str]):
-        self.overrides = [f"model={model}", "dataset=mnist", "algo=cb_dybw", "straggler=paper",
-                          f"num_workers={num_workers}", f"dataset.batch_size={batch}", "progress=false", *extra]
+        self.overrides = [
+            f"model={model}",
+            "dataset=mnist",
+            "algo=cb_dybw",
+            "straggler=paper",
+            f"num_workers={num_workers}",
+            f"dataset.batch_size={batch}",
+            "progress=false",
+            *extra,
+        ]
         self.cfg, self.graph = compose(self.overrides)
         started = time.perf_counter()
-        self.dataset = load_dataset(self.cfg.dataset, self.cfg.num_workers, self.cfg.data_seed,
-                                    data_dir=self.cfg.data_dir)
+        self.dataset = load_dataset(
+            self.cfg.dataset, self.cfg.num_workers, self.cfg.data_seed, data_dir=self.cfg.data_dir
+        )
         self.network = build_network(self.cfg.model, self.dataset.input_dim, self.dataset.num_classes)
         self.engine = LocalEngine(self.cfg, self.graph, self.dataset, self.network)
         self.setup_seconds = time.perf_counter() - started
@@ -145,8 +181,9 @@ class Case:
         chunk = Schedule(self.cfg, self.graph, self.dataset.shards).next_chunk(self.cfg.runner.chunk)
         weights = gathered_weights(chunk.weights, self.engine.sources)  # W(k) per row, as the engine feeds it
         self.fixed_inputs = (tf.constant(chunk.batches[0]), chunk.learning_rates[0], tf.constant(weights[0]))
-        self.varying_inputs = list(zip(tf.unstack(tf.constant(chunk.batches)), chunk.learning_rates,
-                                       tf.unstack(tf.constant(weights))))
+        self.varying_inputs = list(
+            zip(tf.unstack(tf.constant(chunk.batches)), chunk.learning_rates, tf.unstack(tf.constant(weights)))
+        )
 
     def reset(self, iterations: int, eval_every: int) -> None:
         """A fresh run of ``iterations`` on the same engine (the compiled step and evaluation are kept)."""
@@ -185,8 +222,12 @@ class Case:
         outcome = self.engine.run(lambda row: None)
         total = now() - started
         assert outcome.status == "completed" and self.engine.timeline.done == iterations, outcome
-        return {"total": total, "evals": list(self.evals), "steps": self.in_steps.copy(),
-                "chunks": self.in_chunks.copy()}
+        return {
+            "total": total,
+            "evals": list(self.evals),
+            "steps": self.in_steps.copy(),
+            "chunks": self.in_chunks.copy(),
+        }
 
     def warm_up(self) -> float:
         started = time.perf_counter()
@@ -247,25 +288,44 @@ def measure(case: Case, args) -> dict:
     w = 0
     graph = case.graph
     return {
-        "model": cfg.model.name, "hidden": list(cfg.model.hidden) if cfg.model.name == "mlp" else [],
-        "num_workers": cfg.num_workers, "batch_size": cfg.dataset.batch_size, "num_params": case.network.num_params,
-        "topology": cfg.topology.name, "mean_degree": float(graph.degrees.mean()),
-        "directed_links": int(len(graph.directed_links())), "chunk": chunk,
-        "iterations_ab": k_ab, "iterations_c": k_c, "reps": reps, "eval_reps": len(with_eval),
-        "bare_ms": ms(bare[:, w]), "bare_varying_ms": ms(varying[:, w]), "engine_ms": ms(engine[:, w]),
-        "ratio": med(engine[:, w] / bare[:, w]), "ratio_varying": med(engine[:, w] / varying[:, w]),
+        "model": cfg.model.name,
+        "hidden": list(cfg.model.hidden) if cfg.model.name == "mlp" else [],
+        "num_workers": cfg.num_workers,
+        "batch_size": cfg.dataset.batch_size,
+        "num_params": case.network.num_params,
+        "topology": cfg.topology.name,
+        "mean_degree": float(graph.degrees.mean()),
+        "directed_links": int(len(graph.directed_links())),
+        "chunk": chunk,
+        "iterations_ab": k_ab,
+        "iterations_c": k_c,
+        "reps": reps,
+        "eval_reps": len(with_eval),
+        "bare_ms": ms(bare[:, w]),
+        "bare_varying_ms": ms(varying[:, w]),
+        "engine_ms": ms(engine[:, w]),
+        "ratio": med(engine[:, w] / bare[:, w]),
+        "ratio_varying": med(engine[:, w] / varying[:, w]),
         "ratio_of_medians": med(engine[:, w]) / med(bare[:, w]),
         "ratio_cpu": med(engine[:, 1] / bare[:, 1]),
-        "overhead_ms": ms(engine[:, w] - bare[:, w]), "overhead_varying_ms": ms(engine[:, w] - varying[:, w]),
-        "engine_step_ms": ms(steps[:, w]), "engine_schedule_ms": ms(chunks[:, w]),
+        "overhead_ms": ms(engine[:, w] - bare[:, w]),
+        "overhead_varying_ms": ms(engine[:, w] - varying[:, w]),
+        "engine_step_ms": ms(steps[:, w]),
+        "engine_schedule_ms": ms(chunks[:, w]),
         "engine_rest_ms": ms(engine[:, w] - steps[:, w] - chunks[:, w]),
         "engine_eval10_ms": 1e3 * med([x[w] for x in with_eval]) if with_eval else None,
         "evaluation_ms": 1e3 * med([x[w] for x in evals]),
-        "bare_ms_all": (1e3 * bare[:, w]).tolist(), "bare_varying_ms_all": (1e3 * varying[:, w]).tolist(),
-        "engine_ms_all": (1e3 * engine[:, w]).tolist(), "engine_eval10_ms_all": [1e3 * x[w] for x in with_eval],
-        "bare_cpu_ms_all": (1e3 * bare[:, 1]).tolist(), "engine_cpu_ms_all": (1e3 * engine[:, 1]).tolist(),
-        "setup_seconds": case.setup_seconds, "warmup_seconds": warmup_seconds, "retraced": retraced,
-        "loadavg_1min": loads, "overrides": case.overrides,
+        "bare_ms_all": (1e3 * bare[:, w]).tolist(),
+        "bare_varying_ms_all": (1e3 * varying[:, w]).tolist(),
+        "engine_ms_all": (1e3 * engine[:, w]).tolist(),
+        "engine_eval10_ms_all": [1e3 * x[w] for x in with_eval],
+        "bare_cpu_ms_all": (1e3 * bare[:, 1]).tolist(),
+        "engine_cpu_ms_all": (1e3 * engine[:, 1]).tolist(),
+        "setup_seconds": case.setup_seconds,
+        "warmup_seconds": warmup_seconds,
+        "retraced": retraced,
+        "loadavg_1min": loads,
+        "overrides": case.overrides,
     }
 
 
@@ -289,16 +349,19 @@ def growth(rows) -> list[dict]:
                 entry[key.replace("_ms", "_growth")] = ts[-1] / ts[0] if len(ts) > 1 else None
         big = [r for r in mine if r["num_workers"] >= 32]  # where the N-proportional work dominates
         if len(big) >= 2:
-            entry["engine_exponent_n32_up"] = fit_exponent([r["num_workers"] for r in big],
-                                                           [r["engine_ms"] for r in big])
+            entry["engine_exponent_n32_up"] = fit_exponent(
+                [r["num_workers"] for r in big], [r["engine_ms"] for r in big]
+            )
         out.append(entry)
     return out
 
 
 def markdown(rows, trends) -> str:
-    lines = ["| model | N | B | P | deg | K × reps | A bare | A′ varying | B engine | **B/A** | B/A′ | B/A cpu | "
-             "B−A | B: step / schedule / rest | eval | C eval_every=10 | load |",
-             "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    lines = [
+        "| model | N | B | P | deg | K × reps | A bare | A′ varying | B engine | **B/A** | B/A′ | B/A cpu | "
+        "B−A | B: step / schedule / rest | eval | C eval_every=10 | load |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
     for r in rows:
         flag = "" if r["ratio"] <= GOAL else " ✗"
         lines.append(
@@ -307,15 +370,21 @@ def markdown(rows, trends) -> str:
             f"{fmt(r['engine_ms'], 3)} | **{fmt(r['ratio'])}**{flag} | {fmt(r['ratio_varying'])} | "
             f"{fmt(r['ratio_cpu'])} | {fmt(r['overhead_ms'], 3)} | {fmt(r['engine_step_ms'], 3)} / "
             f"{fmt(r['engine_schedule_ms'], 3)} / {fmt(r['engine_rest_ms'], 3)} | {fmt(r['evaluation_ms'], 1)} | "
-            f"{fmt(r['engine_eval10_ms'], 2)} | {fmt(max(r['loadavg_1min']), 1)} |")
-    lines += ["", "| model | N range | A: alpha (t ~ N^alpha) | A: t(N max)/t(N min) | B: alpha | "
-              "B: t(N max)/t(N min) | B: alpha, N >= 32 | schedule: alpha | C: alpha |",
-              "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
+            f"{fmt(r['engine_eval10_ms'], 2)} | {fmt(max(r['loadavg_1min']), 1)} |"
+        )
+    lines += [
+        "",
+        "| model | N range | A: alpha (t ~ N^alpha) | A: t(N max)/t(N min) | B: alpha | "
+        "B: t(N max)/t(N min) | B: alpha, N >= 32 | schedule: alpha | C: alpha |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|",
+    ]
     for g in trends:
-        lines.append(f"| {g['model']} | {g['workers'][0]}..{g['workers'][-1]} | {fmt(g.get('bare_exponent'))} | "
-                     f"{fmt(g.get('bare_growth'), 1)} | {fmt(g.get('engine_exponent'))} | "
-                     f"{fmt(g.get('engine_growth'), 1)} | {fmt(g.get('engine_exponent_n32_up'))} | "
-                     f"{fmt(g.get('engine_schedule_exponent'))} | {fmt(g.get('engine_eval10_exponent'))} |")
+        lines.append(
+            f"| {g['model']} | {g['workers'][0]}..{g['workers'][-1]} | {fmt(g.get('bare_exponent'))} | "
+            f"{fmt(g.get('bare_growth'), 1)} | {fmt(g.get('engine_exponent'))} | "
+            f"{fmt(g.get('engine_growth'), 1)} | {fmt(g.get('engine_exponent_n32_up'))} | "
+            f"{fmt(g.get('engine_schedule_exponent'))} | {fmt(g.get('engine_eval10_exponent'))} |"
+        )
     return "\n".join(lines)
 
 
@@ -323,12 +392,18 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     command = shlex.join(getattr(sys, "orig_argv", [sys.executable, *sys.argv]))
     print(f"$ {command}", flush=True)
-    env = environment(tensorflow=tf.__version__, TF_ENABLE_ONEDNN_OPTS=os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
-                      DYBW_DATA_DIR=os.environ.get("DYBW_DATA_DIR"))
+    env = environment(
+        tensorflow=tf.__version__,
+        TF_ENABLE_ONEDNN_OPTS=os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
+        DYBW_DATA_DIR=os.environ.get("DYBW_DATA_DIR"),
+    )
     print("# " + ", ".join(f"{k}={v}" for k, v in env.items()), flush=True)
-    print(f"# dataset=mnist (PCA-50), algo=cb_dybw, straggler=paper, topology=erdos_renyi (p=0.3) unless "
-          f"overridden {args.override}; batch {args.batch} per worker for every N; at most {args.reps} reps "
-          f"within {args.budget:.0f} s per case", flush=True)
+    print(
+        f"# dataset=mnist (PCA-50), algo=cb_dybw, straggler=paper, topology=erdos_renyi (p=0.3) unless "
+        f"overridden {args.override}; batch {args.batch} per worker for every N; at most {args.reps} reps "
+        f"within {args.budget:.0f} s per case",
+        flush=True,
+    )
 
     started = time.perf_counter()
     rows = []
@@ -338,13 +413,15 @@ def main(argv=None) -> int:
             case = Case(model, n, args.batch, args.override)
             row = measure(case, args)
             rows.append(row)
-            print(f"  {model:6s} N={n:3d} ({row['topology']}, deg {row['mean_degree']:.1f}): "
-                  f"A {row['bare_ms']:.3f}  A' {row['bare_varying_ms']:.3f}  B {row['engine_ms']:.3f} ms/it  "
-                  f"B/A {row['ratio']:.2f}  C {fmt(row['engine_eval10_ms'], 2)} ms/it  "
-                  f"K={row['iterations_ab']}x{row['reps']}  [{time.perf_counter() - t0:.0f} s]", flush=True)
+            print(
+                f"  {model:6s} N={n:3d} ({row['topology']}, deg {row['mean_degree']:.1f}): "
+                f"A {row['bare_ms']:.3f}  A' {row['bare_varying_ms']:.3f}  B {row['engine_ms']:.3f} ms/it  "
+                f"B/A {row['ratio']:.2f}  C {fmt(row['engine_eval10_ms'], 2)} ms/it  "
+                f"K={row['iterations_ab']}x{row['reps']}  [{time.perf_counter() - t0:.0f} s]",
+                flush=True,
+            )
             if row["retraced"]:
-                print(f"  warning: the step was traced again {row['retraced']} time(s) during measurement",
-                      flush=True)
+                print(f"  warning: the step was traced again {row['retraced']} time(s) during measurement", flush=True)
             del case
     trends = growth(rows)
     table = markdown(rows, trends)
@@ -353,9 +430,22 @@ def main(argv=None) -> int:
     print(table)
     print(f"\n{LEGEND} Goal: B/A <= {GOAL}. Total {total:.0f} s.")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"command": command, "environment": env, "goal_ratio": GOAL,
-                                    "total_seconds": total, "legend": LEGEND, "rows": rows, "growth": trends,
-                                    "markdown": table}, indent=2) + "\n")
+    args.out.write_text(
+        json.dumps(
+            {
+                "command": command,
+                "environment": env,
+                "goal_ratio": GOAL,
+                "total_seconds": total,
+                "legend": LEGEND,
+                "rows": rows,
+                "growth": trends,
+                "markdown": table,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"JSON: {args.out.relative_to(REPO) if args.out.is_relative_to(REPO) else args.out}")
     return 0
 

@@ -45,6 +45,7 @@ Output: markdown tables on stdout, JSON with every repetition in ``results/bench
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -71,40 +72,64 @@ LEGEND_EXCHANGE = (
     "calls it in a job (a helper thread beats while Waitall blocks). Times in µs per iteration "
     "(the slowest rank's), medians; ratios = medians of the ratios of measurements taken back to back (cpu: "
     "process CPU time summed over the ranks). rows = rows sent per iteration by all ranks together; "
-    "load = highest 1-min load average seen (R ranks busy-poll: R > 2 oversubscribes the 2 cores).")
+    "load = highest 1-min load average seen (R ranks busy-poll: R > 2 oversubscribes the 2 cores)."
+)
 LEGEND_E2E = (
     "process = python run.py from start to exit = start-up (Python, Hydra, TF imports, mpiexec: process − job) "
     "+ setup (data, PCA, model, engine: job − the run's wall at K) + run (metrics.csv wall_seconds at K: "
     "evaluations, XLA compilation, iterations); job = summary.json wall_seconds; per it = steady time per "
-    "iteration from metrics.csv (the last evaluation interval, one evaluation included); first interval = the same for the first one "
+    "iteration from metrics.csv (the last evaluation interval, one evaluation included); first interval "
+    "= the same for the first one "
     "(XLA compilation of the step included). Medians over repetitions; ratios = medians of mpi/local over "
-    "the back-to-back pairs.")
+    "the back-to-back pairs."
+)
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--quick", action="store_true", help="short measurements, one short pair of jobs")
-    p.add_argument("--ranks", type=lambda s: tuple(int(x) for x in s.split(",")), default=RANKS,
-                   help="comma-separated rank counts for part 1 (default 2,4)")
-    p.add_argument("--params", type=lambda s: tuple(int(x) for x in s.split(",")), default=PARAMS,
-                   help="comma-separated parameter counts P (default 510,7818,100000)")
-    p.add_argument("--reps", type=int, default=None,
-                   help="repetitions of each variant per case (default 15; --quick: 5)")
-    p.add_argument("--seconds", type=float, default=None,
-                   help="target duration of one measurement of the median variant, sets K (default 0.2; "
-                        "--quick: 0.05)")
+    p.add_argument(
+        "--ranks",
+        type=lambda s: tuple(int(x) for x in s.split(",")),
+        default=RANKS,
+        help="comma-separated rank counts for part 1 (default 2,4)",
+    )
+    p.add_argument(
+        "--params",
+        type=lambda s: tuple(int(x) for x in s.split(",")),
+        default=PARAMS,
+        help="comma-separated parameter counts P (default 510,7818,100000)",
+    )
+    p.add_argument(
+        "--reps", type=int, default=None, help="repetitions of each variant per case (default 15; --quick: 5)"
+    )
+    p.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help="target duration of one measurement of the median variant, sets K (default 0.2; --quick: 0.05)",
+    )
     p.add_argument("--e2e-reps", type=int, default=None, help="jobs per runner in part 2 (default 2; --quick: 1)")
-    p.add_argument("--iterations", type=int, default=None,
-                   help="iterations of the part 2 jobs (default 200; --quick: 60)")
-    p.add_argument("--eval-every", type=int, default=None,
-                   help="eval_every of the part 2 jobs (default 100; --quick: 30)")
+    p.add_argument(
+        "--iterations", type=int, default=None, help="iterations of the part 2 jobs (default 200; --quick: 60)"
+    )
+    p.add_argument(
+        "--eval-every", type=int, default=None, help="eval_every of the part 2 jobs (default 100; --quick: 30)"
+    )
     p.add_argument("--skip-exchange", action="store_true", help="only part 2")
     p.add_argument("--skip-e2e", action="store_true", help="only part 1")
-    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra Hydra override for both parts, e.g. --override topology=ring (repeatable)")
-    p.add_argument("--out", type=Path, default=None,
-                   help="JSON output (default results/bench/mpi.json; --quick: mpi_quick.json)")
+    p.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra Hydra override for both parts, e.g. --override topology=ring (repeatable)",
+    )
+    p.add_argument(
+        "--out", type=Path, default=None, help="JSON output (default results/bench/mpi.json; --quick: mpi_quick.json)"
+    )
     p.add_argument("--worker", choices=["exchange"], help=argparse.SUPPRESS)  # one rank under mpiexec
     p.add_argument("--result", type=Path, help=argparse.SUPPRESS)  # where rank 0 writes part 1's JSON
     args = p.parse_args(argv)
@@ -162,8 +187,12 @@ def exchange_worker(args) -> int:
     rank, size = comm.rank, comm.size
     if rank == 0:
         cfg, graph = compose(["dataset=mnist", *args.override])
-        setup = {"num_workers": cfg.num_workers, "topology": cfg.topology.name, "adjacency": graph.adjacency,
-                 "mean_degree": float(graph.degrees.mean())}
+        setup = {
+            "num_workers": cfg.num_workers,
+            "topology": cfg.topology.name,
+            "adjacency": graph.adjacency,
+            "mean_degree": float(graph.degrees.mean()),
+        }
     else:
         setup = None
     setup = comm.bcast(setup, root=0)  # setup only: pickled once
@@ -189,9 +218,12 @@ def exchange_worker(args) -> int:
     for num_params in args.params:
         rows = rng.standard_normal((len(plan.mine), num_params)).astype(np.float32)
         bare = BareExchange(comm, plan, num_params, rows)
-        variants = {"A": bare.exchange, "A′": FreshBareExchange(comm, plan, num_params, rows).exchange,
-                    "B": NeighbourExchange(comm, plan, num_params).exchange,
-                    "H": NeighbourExchange(comm, plan, num_params, on_wait=heartbeat.waiting).exchange}
+        variants = {
+            "A": bare.exchange,
+            "A′": FreshBareExchange(comm, plan, num_params, rows).exchange,
+            "B": NeighbourExchange(comm, plan, num_params).exchange,
+            "H": NeighbourExchange(comm, plan, num_params, on_wait=heartbeat.waiting).exchange,
+        }
         bare.exchange(rows, 0)  # every variant receives exactly the rows (A) receives
         received = np.concatenate([buffer for _, buffer in bare.recv]) if bare.recv else np.empty((0, num_params))
         for name in ("B", "H"):
@@ -214,11 +246,18 @@ def exchange_worker(args) -> int:
             m = {name: np.asarray(values) for name, values in measured.items()}
             us = lambda x: 1e6 * med(x)  # noqa: E731
             case = {
-                "ranks": size, "num_params": num_params, "model": PARAM_NAMES.get(num_params, ""),
-                "rows_sent": int(sent), "messages": int(messages),
-                "bytes_per_iteration": int(sent * num_params * 4), "iterations": iterations, "reps": args.reps,
+                "ranks": size,
+                "num_params": num_params,
+                "model": PARAM_NAMES.get(num_params, ""),
+                "rows_sent": int(sent),
+                "messages": int(messages),
+                "bytes_per_iteration": int(sent * num_params * 4),
+                "iterations": iterations,
+                "reps": args.reps,
                 "bandwidth_gb_s": sent * num_params * 4 / med(m["A"][:, 0]) / 1e9,
-                "loadavg_1min": loads, "topology": setup["topology"], "num_workers": setup["num_workers"],
+                "loadavg_1min": loads,
+                "topology": setup["topology"],
+                "num_workers": setup["num_workers"],
                 "mean_degree": setup["mean_degree"],
             }
             for name, key in KEYS.items():
@@ -226,8 +265,10 @@ def exchange_worker(args) -> int:
                     continue
                 case[f"{key}_us"], case[f"{key}_cpu_us"] = us(m[name][:, 0]), us(m[name][:, 1])
                 case[f"{key}_us_min"] = 1e6 * float(m[name][:, 0].min())
-                case[f"{key}_us_all"], case[f"{key}_cpu_us_all"] = (1e6 * m[name][:, 0]).tolist(), \
-                    (1e6 * m[name][:, 1]).tolist()
+                case[f"{key}_us_all"], case[f"{key}_cpu_us_all"] = (
+                    (1e6 * m[name][:, 0]).tolist(),
+                    (1e6 * m[name][:, 1]).tolist(),
+                )
                 if name != "A":
                     suffix = "" if name == "B" else "_" + key
                     case[f"ratio{suffix}"] = med(m[name][:, 0] / m["A"][:, 0])
@@ -236,13 +277,24 @@ def exchange_worker(args) -> int:
                 if name not in ("A", "A′"):
                     case[f"ratio_fresh{suffix}"] = med(m[name][:, 0] / m["A′"][:, 0])
             cases.append(case)
-            print(f"  R={size} P={num_params:6d}: " + "  ".join(f"{n} {1e6 * med(m[n][:, 0]):8.1f}" for n in m)
-                  + f" us/it  B/A {case['ratio']:.2f}  H/A {case['ratio_heartbeat']:.2f}  "
-                  f"K={iterations}x{args.reps}  load {max(loads):.1f}", flush=True)
+            print(
+                f"  R={size} P={num_params:6d}: "
+                + "  ".join(f"{n} {1e6 * med(m[n][:, 0]):8.1f}" for n in m)
+                + f" us/it  B/A {case['ratio']:.2f}  H/A {case['ratio_heartbeat']:.2f}  "
+                f"K={iterations}x{args.reps}  load {max(loads):.1f}",
+                flush=True,
+            )
     heartbeat.beat(counter[0], finished=True)
     if rank == 0:
-        args.result.write_text(json.dumps({"cases": cases, "mpi_library": MPI.Get_library_version().strip(),
-                                           "mpi4py": __import__("mpi4py").__version__}))
+        args.result.write_text(
+            json.dumps(
+                {
+                    "cases": cases,
+                    "mpi_library": MPI.Get_library_version().strip(),
+                    "mpi4py": __import__("mpi4py").__version__,
+                }
+            )
+        )
     comm.Barrier()
     return 0
 
@@ -257,16 +309,15 @@ def run_child(command: list[str], cwd: Path, timeout: float) -> tuple[subprocess
     """Run ``command``; on timeout or Ctrl-C kill it and everything below it (mpiexec's proxies and ranks
     live in sessions of their own).  Returns (completed process, wall seconds)."""
     started = time.perf_counter()
-    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         output, _ = process.communicate(timeout=timeout)
     except BaseException:
         for pid in [*_descendants(process.pid), process.pid]:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         process.wait()
         raise
     return subprocess.CompletedProcess(command, process.returncode, output, ""), time.perf_counter() - started
@@ -277,9 +328,23 @@ def part_exchange(args, scratch: Path) -> tuple[list[dict], dict]:
     for ranks in args.ranks:
         result = scratch / f"exchange-{ranks}" / "result.json"
         result.parent.mkdir(parents=True)
-        command = ["mpiexec", "-n", str(ranks), sys.executable, str(Path(__file__).resolve()), "--worker",
-                   "exchange", "--result", str(result), "--params", ",".join(map(str, args.params)),
-                   "--reps", str(args.reps), "--seconds", str(args.seconds)]
+        command = [
+            "mpiexec",
+            "-n",
+            str(ranks),
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--worker",
+            "exchange",
+            "--result",
+            str(result),
+            "--params",
+            ",".join(map(str, args.params)),
+            "--reps",
+            str(args.reps),
+            "--seconds",
+            str(args.seconds),
+        ]
         command += [f"--override={o}" for o in args.override]
         print(f"$ {shlex.join(command[:4])} bench/bench_mpi.py --worker exchange ...", flush=True)
         done, seconds = run_child(command, REPO, timeout=1800)
@@ -300,9 +365,17 @@ RUNNERS = {"local": ["runner=local"], "mpi": ["runner=mpi", "runner.ranks=2", "r
 def one_job(args, scratch: Path, runner: str, rep: int) -> dict:
     cwd = scratch / f"e2e-{runner}-{rep}"
     cwd.mkdir(parents=True)
-    overrides = ["dataset=mnist", "logger=none", "progress=false", f"iterations={args.iterations}",
-                 f"eval_every={args.eval_every}", "force=true", "experiment_name=bench_mpi", *RUNNERS[runner],
-                 *args.override]
+    overrides = [
+        "dataset=mnist",
+        "logger=none",
+        "progress=false",
+        f"iterations={args.iterations}",
+        f"eval_every={args.eval_every}",
+        "force=true",
+        "experiment_name=bench_mpi",
+        *RUNNERS[runner],
+        *args.override,
+    ]
     load_before = os.getloadavg()[0]
     done, seconds = run_child([sys.executable, str(REPO / "run.py"), *overrides], cwd, timeout=3600)
     summaries = list((cwd / "results").glob("*/*/summary.json"))
@@ -317,16 +390,30 @@ def one_job(args, scratch: Path, runner: str, rep: int) -> dict:
     metrics = pd.read_csv(job_dir / "metrics.csv")
     it, wall = metrics["iteration"].to_numpy(), metrics["wall_seconds"].to_numpy()
     steady = (wall[-1] - wall[-2]) / (it[-1] - it[-2])
-    row = {"runner": runner, "rep": rep, "process_seconds": seconds, "job_seconds": summary["wall_seconds"],
-           "per_iteration_ms": 1e3 * steady, "first_interval_ms": 1e3 * (wall[1] - wall[0]) / (it[1] - it[0]),
-           "startup_seconds": seconds - summary["wall_seconds"], "setup_seconds": summary["wall_seconds"] - wall[-1],
-           "run_seconds": wall[-1], "eval0_seconds": wall[0], "steady_from": int(it[-2]), "iterations": int(it[-1]), "final_test_accuracy":
-           summary["final_test_accuracy"], "loadavg_1min": [load_before, os.getloadavg()[0]],
-           "overrides": overrides}
+    row = {
+        "runner": runner,
+        "rep": rep,
+        "process_seconds": seconds,
+        "job_seconds": summary["wall_seconds"],
+        "per_iteration_ms": 1e3 * steady,
+        "first_interval_ms": 1e3 * (wall[1] - wall[0]) / (it[1] - it[0]),
+        "startup_seconds": seconds - summary["wall_seconds"],
+        "setup_seconds": summary["wall_seconds"] - wall[-1],
+        "run_seconds": wall[-1],
+        "eval0_seconds": wall[0],
+        "steady_from": int(it[-2]),
+        "iterations": int(it[-1]),
+        "final_test_accuracy": summary["final_test_accuracy"],
+        "loadavg_1min": [load_before, os.getloadavg()[0]],
+        "overrides": overrides,
+    }
     row["metrics"] = metrics.drop(columns="wall_seconds").to_dict("list")
-    print(f"  {runner:5s} #{rep}: process {seconds:6.1f} s  job {row['job_seconds']:6.1f} s  "
-          f"{row['per_iteration_ms']:7.2f} ms/it (steady)  acc {row['final_test_accuracy']:.4f}  "
-          f"load {max(row['loadavg_1min']):.1f}", flush=True)
+    print(
+        f"  {runner:5s} #{rep}: process {seconds:6.1f} s  job {row['job_seconds']:6.1f} s  "
+        f"{row['per_iteration_ms']:7.2f} ms/it (steady)  acc {row['final_test_accuracy']:.4f}  "
+        f"load {max(row['loadavg_1min']):.1f}",
+        flush=True,
+    )
     return row
 
 
@@ -356,15 +443,25 @@ def part_e2e(args, scratch: Path) -> tuple[list[dict], dict]:
     by = {r: [j for j in jobs if j["runner"] == r] for r in RUNNERS}
     pairs = list(zip(by["local"], by["mpi"]))
     summary = {"reps": args.e2e_reps, "iterations": args.iterations, "eval_every": args.eval_every}
-    for key in ("process_seconds", "job_seconds", "startup_seconds", "setup_seconds", "run_seconds",
-                "per_iteration_ms", "first_interval_ms"):
+    for key in (
+        "process_seconds",
+        "job_seconds",
+        "startup_seconds",
+        "setup_seconds",
+        "run_seconds",
+        "per_iteration_ms",
+        "first_interval_ms",
+    ):
         for runner in RUNNERS:
             summary[f"{runner}_{key}"] = med([j[key] for j in by[runner]])
-        summary[f"ratio_{key}"] = med([m[key] / l[key] for l, m in pairs])
-    compared = [compare_metrics(l["metrics"], m["metrics"]) for l, m in pairs]
+        summary[f"ratio_{key}"] = med([m[key] / loc[key] for loc, m in pairs])
+    compared = [compare_metrics(loc["metrics"], m["metrics"]) for loc, m in pairs]
     worst = max(compared)
-    summary.update(same_numbers_max_rel_diff=worst[0], same_numbers_worst_column=worst[1],
-                   same_numbers_identical=all(c[2] for c in compared))
+    summary.update(
+        same_numbers_max_rel_diff=worst[0],
+        same_numbers_worst_column=worst[1],
+        same_numbers_identical=all(c[2] for c in compared),
+    )
     summary["loadavg_max"] = max(max(j["loadavg_1min"]) for j in jobs)
     return jobs, summary
 
@@ -372,9 +469,11 @@ def part_e2e(args, scratch: Path) -> tuple[list[dict], dict]:
 def markdown(cases: list[dict], e2e: dict | None) -> str:
     lines = []
     if cases:
-        lines += ["| R | P | model | rows / msgs | KiB / it | K × reps | A bare | A′ fresh | B exchange | H runner | "
-                  "B/A | **H/A** | H/A′ | B/A′ | H/A cpu | load |",
-                  "|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+        lines += [
+            "| R | P | model | rows / msgs | KiB / it | K × reps | A bare | A′ fresh | B exchange | H runner | "
+            "B/A | **H/A** | H/A′ | B/A′ | H/A cpu | load |",
+            "|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        ]
         for c in cases:
             flag = "" if c["ratio_heartbeat"] <= GOAL else " ✗"
             lines.append(
@@ -384,26 +483,35 @@ def markdown(cases: list[dict], e2e: dict | None) -> str:
                 f"{fmt(c['bare_fresh_us'], 1)} | {fmt(c['exchange_us'], 1)} | {fmt(c['heartbeat_us'], 1)} | "
                 f"{fmt(c['ratio'])} | **{fmt(c['ratio_heartbeat'])}**{flag} | "
                 f"{fmt(c['ratio_fresh_heartbeat'])} | "
-                f"{fmt(c['ratio_fresh'])} | {fmt(c['ratio_heartbeat_cpu'])} | {fmt(max(c['loadavg_1min']), 1)} |")
+                f"{fmt(c['ratio_fresh'])} | {fmt(c['ratio_heartbeat_cpu'])} | {fmt(max(c['loadavg_1min']), 1)} |"
+            )
     if e2e:
         if lines:
             lines.append("")
-        lines += ["| runner | jobs | process s | = start-up | + setup | + run | job s (setup + run) | "
-                  "per it ms (steady) | first interval ms/it | load |",
-                  "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+        lines += [
+            "| runner | jobs | process s | = start-up | + setup | + run | job s (setup + run) | "
+            "per it ms (steady) | first interval ms/it | load |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        ]
         for runner, label in (("local", "local"), ("mpi", "mpi, 2 ranks, virtual")):
-            v = lambda key, digits=1: fmt(e2e[f"{runner}_{key}"], digits)  # noqa: E731
-            lines.append(f"| {label} | {e2e['reps']} | {v('process_seconds')} | {v('startup_seconds')} | "
-                         f"{v('setup_seconds')} | {v('run_seconds')} | {v('job_seconds')} | "
-                         f"{v('per_iteration_ms', 2)} | {v('first_interval_ms', 2)} | {fmt(e2e['loadavg_max'], 1)} |")
+            v = lambda key, digits=1, runner=runner: fmt(e2e[f"{runner}_{key}"], digits)  # noqa: E731
+            lines.append(
+                f"| {label} | {e2e['reps']} | {v('process_seconds')} | {v('startup_seconds')} | "
+                f"{v('setup_seconds')} | {v('run_seconds')} | {v('job_seconds')} | "
+                f"{v('per_iteration_ms', 2)} | {v('first_interval_ms', 2)} | {fmt(e2e['loadavg_max'], 1)} |"
+            )
         r = lambda key: fmt(e2e[f"ratio_{key}"])  # noqa: E731
-        lines.append(f"| **mpi / local** | | **{r('process_seconds')}** | {r('startup_seconds')} | "
-                     f"{r('setup_seconds')} | {r('run_seconds')} | **{r('job_seconds')}** | "
-                     f"**{r('per_iteration_ms')}** | {r('first_interval_ms')} | |")
-        lines.append(f"\nSame numbers: largest relative difference between the runners' metrics.csv "
-                     f"{e2e['same_numbers_max_rel_diff']:.1e} ({e2e['same_numbers_worst_column']}); identical, as the tests "
-                     f"require: {'yes' if e2e['same_numbers_identical'] else 'no'}. "
-                     f"{e2e['iterations']} iterations, eval_every={e2e['eval_every']}.")
+        lines.append(
+            f"| **mpi / local** | | **{r('process_seconds')}** | {r('startup_seconds')} | "
+            f"{r('setup_seconds')} | {r('run_seconds')} | **{r('job_seconds')}** | "
+            f"**{r('per_iteration_ms')}** | {r('first_interval_ms')} | |"
+        )
+        lines.append(
+            f"\nSame numbers: largest relative difference between the runners' metrics.csv "
+            f"{e2e['same_numbers_max_rel_diff']:.1e} ({e2e['same_numbers_worst_column']}); identical, as the tests "
+            f"require: {'yes' if e2e['same_numbers_identical'] else 'no'}. "
+            f"{e2e['iterations']} iterations, eval_every={e2e['eval_every']}."
+        )
     return "\n".join(lines)
 
 
@@ -420,12 +528,18 @@ def main(argv=None) -> int:
     cases, info, jobs, e2e = [], {}, [], None
     with tempfile.TemporaryDirectory(prefix="bench_mpi_") as scratch:
         if not args.skip_exchange:
-            print(f"# part 1: exchange per iteration, default graph (N=16) {args.override}, R in {args.ranks}, "
-                  f"P in {args.params}", flush=True)
+            print(
+                f"# part 1: exchange per iteration, default graph (N=16) {args.override}, R in {args.ranks}, "
+                f"P in {args.params}",
+                flush=True,
+            )
             cases, info = part_exchange(args, Path(scratch))
         if not args.skip_e2e:
-            print(f"# part 2: runner=local vs runner=mpi runner.ranks=2 runner.clock=virtual, {args.e2e_reps} "
-                  f"job(s) each, {args.iterations} iterations, eval_every={args.eval_every}", flush=True)
+            print(
+                f"# part 2: runner=local vs runner=mpi runner.ranks=2 runner.clock=virtual, {args.e2e_reps} "
+                f"job(s) each, {args.iterations} iterations, eval_every={args.eval_every}",
+                flush=True,
+            )
             jobs, e2e = part_e2e(args, Path(scratch))
     total = time.perf_counter() - started
     table = markdown(cases, e2e)
@@ -435,13 +549,25 @@ def main(argv=None) -> int:
         print(f"\n{LEGEND_EXCHANGE} Goal: H/A <= {GOAL}.")
     if e2e:
         print(f"\n{LEGEND_E2E}")
-    print(f"\nTotal {total:.0f} s. uptime: "
-          f"{subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
+    print(f"\nTotal {total:.0f} s. uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"command": command, "environment": {**env, **info}, "goal_ratio": GOAL,
-                                    "total_seconds": total, "legend": [LEGEND_EXCHANGE, LEGEND_E2E],
-                                    "exchange": cases, "e2e_jobs": jobs, "e2e": e2e, "markdown": table},
-                                   indent=2) + "\n")
+    args.out.write_text(
+        json.dumps(
+            {
+                "command": command,
+                "environment": {**env, **info},
+                "goal_ratio": GOAL,
+                "total_seconds": total,
+                "legend": [LEGEND_EXCHANGE, LEGEND_E2E],
+                "exchange": cases,
+                "e2e_jobs": jobs,
+                "e2e": e2e,
+                "markdown": table,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"JSON: {args.out.relative_to(REPO) if args.out.is_relative_to(REPO) else args.out}")
     return 0
 

@@ -26,8 +26,11 @@ from dybw.tf_setup import import_tensorflow, use_threads
 use_threads(1)
 tf = import_tensorflow()
 
-CASES = [("logreg, MNIST PCA-50", 50, [], 1024), ("mlp [128], MNIST PCA-50", 50, [128], 1024),
-         ("mlp [128], CIFAR-10 PCA-100", 100, [128], 1024)]
+CASES = [
+    ("logreg, MNIST PCA-50", 50, [], 1024),
+    ("mlp [128], MNIST PCA-50", 50, [128], 1024),
+    ("mlp [128], CIFAR-10 PCA-100", 100, [128], 1024),
+]
 N, LR, REPS, SUBSETS = 16, np.float32(0.1), 7, (8, 5, 1)
 
 
@@ -64,7 +67,10 @@ def seconds_per_step(step, args, repeats: int) -> float:
 
 def main() -> int:
     rng = np.random.default_rng(0)
-    print("| model | batch | batched ms | looped ms | looped / batched | rows equal with fewer workers: batched | looped |")
+    print(
+        "| model | batch | batched ms | looped ms | looped / batched | rows equal with fewer workers: "
+        "batched | looped |"
+    )
     print("|---|--:|--:|--:|--:|---|---|")
     for name, dim, hidden, batch in CASES:
         network = StackedNetwork(dim, hidden, 10)
@@ -81,14 +87,19 @@ def main() -> int:
         repeats = max(3, int(0.5 / probe))
         times = {layout: [] for layout in steps}
         for rep in range(REPS):
-            for layout in (steps if rep % 2 == 0 else list(steps)[::-1]):
+            for layout in steps if rep % 2 == 0 else list(steps)[::-1]:
                 times[layout].append(seconds_per_step(steps[layout], (params, x, y), repeats))
         ratio = float(np.median(np.array(times["looped"]) / np.array(times["batched"])))
         ms = {layout: 1e3 * float(np.median(values)) for layout, values in times.items()}
-        print(f"| {name} | {batch} | {ms['batched']:.2f} | {ms['looped']:.2f} | {ratio:.2f} | "
-              f"{'yes' if same['batched'] else 'no'} | {'yes' if same['looped'] else 'no'} |", flush=True)
-    print(f"\nN = {N} workers, runner.threads = 1, medians of {REPS} interleaved repetitions; "
-          f"'rows equal': the first M rows computed alone, M in {SUBSETS}, are the bits computed with all {N}.")
+        print(
+            f"| {name} | {batch} | {ms['batched']:.2f} | {ms['looped']:.2f} | {ratio:.2f} | "
+            f"{'yes' if same['batched'] else 'no'} | {'yes' if same['looped'] else 'no'} |",
+            flush=True,
+        )
+    print(
+        f"\nN = {N} workers, runner.threads = 1, medians of {REPS} interleaved repetitions; "
+        f"'rows equal': the first M rows computed alone, M in {SUBSETS}, are the bits computed with all {N}."
+    )
     return 0
 
 

@@ -37,14 +37,29 @@ def med(x) -> float:
 def environment(**extra) -> dict:
     """Python, numpy, CPUs, the git commit (and whether the tree is dirty), the dybw imported, and ``extra``."""
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                                text=True, timeout=10).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                                    capture_output=True, text=True, timeout=10).stdout.strip())
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = bool(
+            subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+        )
     except (OSError, subprocess.SubprocessError):
         commit, dirty = "", None
     import dybw
 
-    return {"python": platform.python_version(), "numpy": np.__version__, "cpus": os.cpu_count(),
-            "machine": platform.machine(), "git_commit": commit, "git_dirty": dirty,
-            "dybw": str(Path(dybw.__file__).parent), **extra}
+    return {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "dybw": str(Path(dybw.__file__).parent),
+        **extra,
+    }

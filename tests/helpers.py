@@ -14,8 +14,19 @@ REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
 # runner=local: a tiny job in this process takes a fraction of a second, where the default runner=mpi
 # starts MPI ranks (seconds); tests/mpi compares the two (same bits) and the README's command runs on MPI.
-TINY = ["dataset=synthetic", "model=logreg", "logger=none", "runner=local", "num_workers=4", "iterations=6",
-        "eval_every=3", "progress=false", "dataset.num_train=512", "dataset.num_test=128", "dataset.batch_size=16"]
+TINY = [
+    "dataset=synthetic",
+    "model=logreg",
+    "logger=none",
+    "runner=local",
+    "num_workers=4",
+    "iterations=6",
+    "eval_every=3",
+    "progress=false",
+    "dataset.num_train=512",
+    "dataset.num_test=128",
+    "dataset.batch_size=16",
+]
 
 
 def compose(overrides: list[str]):
@@ -36,5 +47,6 @@ def run_config(overrides: list[str], job_dir: Path) -> dict:
 
 def run_cli(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     """``python run.py ARGS`` in a subprocess (results under ``cwd``)."""
-    return subprocess.run([sys.executable, str(REPO / "run.py"), *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(REPO / "run.py"), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )

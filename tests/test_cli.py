@@ -12,7 +12,6 @@ import time
 import pytest
 
 from dybw.cli import expand_sweep
-
 from helpers import CONF, TINY, run_cli
 
 BAD_INPUT = {
@@ -20,20 +19,25 @@ BAD_INPUT = {
     "empty group option": (["algo="], ["algo", "''", "cb_dybw, cb_full, cb_static"]),
     "too few workers": (["num_workers=1"], ["num_workers=1", ">= 2"]),
     "not an integer": (["num_workers=abc"], ["num_workers", "'abc'", "integer"]),
-    "b no worker can honour": (["algo=cb_static", "topology=ring", "algo.b=2"],
-                               ["algo.b=2", "allowed range 0..1", "degrees 2..2"]),
+    "b no worker can honour": (
+        ["algo=cb_static", "topology=ring", "algo.b=2"],
+        ["algo.b=2", "allowed range 0..1", "degrees 2..2"],
+    ),
     "edge probability 0": (["topology.p=0"], ["topology.p=0", "(0, 1]"]),
     "edge probability above 1": (["topology.p=1.5"], ["topology.p=1.5", "(0, 1]"]),
     "negative delay scale": (["straggler.link.scale=-1"], ["straggler.link.scale=-1", ">= 0"]),
-    "batch above a shard": (["dataset=mnist", "dataset.batch_size=5000"],
-                            ["dataset.batch_size=5000", "at most", "3750 samples", "16 workers"]),
+    "batch above a shard": (
+        ["dataset=mnist", "dataset.batch_size=5000"],
+        ["dataset.batch_size=5000", "at most", "3750 samples", "16 workers"],
+    ),
     "pca above the input size": (["dataset.pca_dim=1000"], ["dataset.pca_dim=1000", "[0, 784]"]),
-    "disconnected graph": (["topology=custom", "num_workers=4", "topology.edges=[[0,1],[2,3]]"],
-                           ["topology.edges=[[0, 1], [2, 3]]", "disconnected", "{0, 1} and {2, 3}"]),
+    "disconnected graph": (
+        ["topology=custom", "num_workers=4", "topology.edges=[[0,1],[2,3]]"],
+        ["topology.edges=[[0, 1], [2, 3]]", "disconnected", "{0, 1} and {2, 3}"],
+    ),
     "unknown top-level key": (["foo=1"], ["foo=1", "unknown key", "num_workers", "iterations", "algo"]),
     "unknown nested key": (["algo.eta=0.5"], ["algo.eta=0.5", "unknown key", "eta0", "min_neighbors"]),
-    "key the chosen option does not set": (["algo=cb_full", "algo.b=2"],
-                                           ["algo.b=2", "algo=cb_full", "+algo.b=2"]),
+    "key the chosen option does not set": (["algo=cb_full", "algo.b=2"], ["algo.b=2", "algo=cb_full", "+algo.b=2"]),
     "whiten without pca": (["dataset=synthetic", "dataset.whiten=true"], ["dataset.whiten=True", "pca_dim"]),
     "removed group": (["~algo"], ["algo=None", "required", "algo=<name>"]),
     "unknown hydra key": (["hydra.foo=1"], ["hydra.foo=1", "not a key"]),
@@ -62,8 +66,9 @@ def test_bad_input_is_one_line_and_nothing_starts(args, expected, tmp_path):
 def test_expand_sweep_matches_the_basic_sweeper():
     jobs = expand_sweep(["algo=glob(cb_*)", "seed=1,2", "iterations=3", "seed=range(5,7)"], CONF)
     # as in Hydra's basic sweeper: a later override of a key replaces the earlier one; product in order
-    assert jobs == [[f"algo={a}", f"seed={s}", "iterations=3"]
-                    for a in ("cb_dybw", "cb_full", "cb_static") for s in (5, 6)]
+    assert jobs == [
+        [f"algo={a}", f"seed={s}", "iterations=3"] for a in ("cb_dybw", "cb_full", "cb_static") for s in (5, 6)
+    ]
 
 
 def _summaries(root):
@@ -84,14 +89,18 @@ def test_good_multirun_runs_each_job_once_then_skips_until_forced(tmp_path):
         for name in ("metrics.csv", "timeline.parquet", "topology.json"):
             assert (path.parent / name).is_file()
     assert algos == {"cb_dybw", "cb_full"}
-    stamps = {name: (path.stat().st_mtime_ns, json.loads(path.read_text())["wall_seconds"])
-              for name, path in summaries.items()}
+    stamps = {
+        name: (path.stat().st_mtime_ns, json.loads(path.read_text())["wall_seconds"])
+        for name, path in summaries.items()
+    }
 
     again = run_cli(args, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert (again.stdout + again.stderr).count("already completed") == 2
-    assert {name: (path.stat().st_mtime_ns, json.loads(path.read_text())["wall_seconds"])
-            for name, path in _summaries(tmp_path).items()} == stamps
+    assert {
+        name: (path.stat().st_mtime_ns, json.loads(path.read_text())["wall_seconds"])
+        for name, path in _summaries(tmp_path).items()
+    } == stamps
 
     forced = run_cli([*args, "force=true"], cwd=tmp_path)
     assert forced.returncode == 0, forced.stderr

@@ -9,11 +9,23 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dybw.config import (ALGORITHMS, DATASETS, LOGGERS, MIXING_RULES, RUNNERS, SPLITS, SYNC_MODES, UPDATE_ORDERS,
-                         RunConfig, build, load, schema_keys, validate)
+from dybw.config import (
+    ALGORITHMS,
+    DATASETS,
+    LOGGERS,
+    MIXING_RULES,
+    RUNNERS,
+    SPLITS,
+    SYNC_MODES,
+    UPDATE_ORDERS,
+    RunConfig,
+    build,
+    load,
+    schema_keys,
+    validate,
+)
 from dybw.data import load_dataset
 from dybw.errors import ConfigError
-
 from helpers import CONF, TINY, compose, run_config
 
 GROUPS = ("algo", "dataset", "model", "topology", "straggler", "runner", "logger", "experiment")
@@ -50,11 +62,16 @@ def pending(group: str, option: str) -> list:
     known = REGISTRIES.get(group)
     if known is None or option in known:
         return []
-    return [pytest.mark.xfail(strict=True, raises=ConfigError,
-                              reason=f"conf/{group}/{option}.yaml exists but dybw.config accepts only {known}")]
+    return [
+        pytest.mark.xfail(
+            strict=True,
+            raises=ConfigError,
+            reason=f"conf/{group}/{option}.yaml exists but dybw.config accepts only {known}",
+        )
+    ]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _dataset_of(overrides: tuple[str, ...]) -> str | None:
     try:
         return compose(list(overrides))[0].dataset.name
@@ -108,8 +125,9 @@ def test_default_config_composes_and_validates():
     assert "hydra" not in plain
 
 
-@pytest.mark.parametrize(("group", "option"), [pytest.param(g, o, marks=pending(g, o), id=f"{g}={o}")
-                                               for g, o in all_options()])
+@pytest.mark.parametrize(
+    ("group", "option"), [pytest.param(g, o, marks=pending(g, o), id=f"{g}={o}") for g, o in all_options()]
+)
 def test_every_option_composes_and_validates(group, option):
     cfg, plain = compose([f"{group}={option}"] + NEEDS.get((group, option), []))
     graph = validate(cfg)
@@ -147,10 +165,13 @@ def test_tiny_run_of_every_option_completes(group, option, tmp_path, data_cache)
         assert summary["dataset"] == option
 
 
-@pytest.mark.parametrize("override", [f"protocol.sync={v}" for v in SYNC_MODES]
-                         + [f"algo.update={v}" for v in UPDATE_ORDERS]
-                         + [f"algo.mixing={v}" for v in MIXING_RULES]
-                         + [f"dataset.split={v}" for v in SPLITS])
+@pytest.mark.parametrize(
+    "override",
+    [f"protocol.sync={v}" for v in SYNC_MODES]
+    + [f"algo.update={v}" for v in UPDATE_ORDERS]
+    + [f"algo.mixing={v}" for v in MIXING_RULES]
+    + [f"dataset.split={v}" for v in SPLITS],
+)
 def test_tiny_run_of_every_mode_completes(override, tmp_path):
     assert_completed(run_config(TINY + [override], tmp_path), tmp_path)
 
@@ -172,26 +193,32 @@ def test_unknown_key_is_rejected_with_the_valid_keys():
 def test_unknown_nested_key_is_rejected_with_the_keys_of_its_section():
     _, plain = compose(TINY)
     plain["algo"]["eta"] = 0.5
-    with pytest.raises(ConfigError, match=r"algo\.eta=0\.5 is invalid: unknown key; valid keys here: name, b, "
-                                          r"min_neighbors, update, mixing, eta0, delta"):
+    with pytest.raises(
+        ConfigError,
+        match=r"algo\.eta=0\.5 is invalid: unknown key; valid keys here: name, b, "
+        r"min_neighbors, update, mixing, eta0, delta",
+    ):
         load(plain)
     with pytest.raises(ConfigError, match=r"straggler\.link\.mean=.*valid keys here: dist, shift, scale"):
         build(RunConfig, {"straggler": {"link": {"mean": 1.0}}})
 
 
-@pytest.mark.parametrize(("override", "field", "expected"), [
-    ("num_workers=abc", "num_workers", "must be an integer"),
-    ("num_workers=2.5", "num_workers", "must be an integer"),
-    ("iterations=true", "iterations", "must be an integer"),
-    ("algo.eta0=fast", "algo.eta0", "must be a number"),
-    ("force=maybe", "force", "must be true or false"),
-    ("progress=1", "progress", "must be true or false"),
-    ("experiment_name=[a,b]", "experiment_name", "must be a string"),
-    ("model.hidden=[8,x]", "model.hidden[1]", "must be an integer"),
-    ("model.hidden=8", "model.hidden", "must be a list"),
-    ("straggler.link=3", "straggler.link", "must be a mapping with keys dist, shift, scale"),
-    ("target_loss=low", "target_loss", "must be a number"),
-])
+@pytest.mark.parametrize(
+    ("override", "field", "expected"),
+    [
+        ("num_workers=abc", "num_workers", "must be an integer"),
+        ("num_workers=2.5", "num_workers", "must be an integer"),
+        ("iterations=true", "iterations", "must be an integer"),
+        ("algo.eta0=fast", "algo.eta0", "must be a number"),
+        ("force=maybe", "force", "must be true or false"),
+        ("progress=1", "progress", "must be true or false"),
+        ("experiment_name=[a,b]", "experiment_name", "must be a string"),
+        ("model.hidden=[8,x]", "model.hidden[1]", "must be an integer"),
+        ("model.hidden=8", "model.hidden", "must be a list"),
+        ("straggler.link=3", "straggler.link", "must be a mapping with keys dist, shift, scale"),
+        ("target_loss=low", "target_loss", "must be a number"),
+    ],
+)
 def test_wrong_types_are_rejected_with_the_field_name(override, field, expected):
     with pytest.raises(ConfigError) as error:
         compose(TINY + [override])
@@ -239,32 +266,41 @@ def test_whiten_without_pca_is_rejected_up_front_as_by_load_dataset():
     validate(compose(TINY + ["dataset.whiten=true", "dataset.pca_dim=5"])[0])  # with PCA it is fine
 
 
-@pytest.mark.parametrize(("overrides", "field", "expected"), [
-    (["num_workers=1"], "num_workers", ">= 2"),
-    (["data_seed=-1"], "data_seed", ">= 0"),
-    (["seed=-3"], "seed", ">= 0"),
-    (["target_loss=nan"], "target_loss", "finite"),
-    (["experiment_name=''"], "experiment_name", "non-empty"),
-    (["experiment_name=../elsewhere"], "experiment_name", "'..' parts"),
-    (["experiment_name=/tmp/x"], "experiment_name", "relative"),
-    (["topology=ring", "algo=cb_static", "algo.b=2"], "algo.b", "allowed range 0..1"),
-    (["topology=ring", "algo.min_neighbors=3"], "algo.min_neighbors", "allowed range 1..2"),
-    (["topology.p=0"], "topology.p", "(0, 1]"),
-    (["topology.p=1.5"], "topology.p", "(0, 1]"),
-    (["topology=custom", "topology.edges=[[0,1],[2,3]]"], "topology.edges", "disconnected"),
-    (["straggler.link.scale=-1"], "straggler.link.scale", ">= 0"),
-    (["dataset.batch_size=129"], "dataset.batch_size", "128 samples"),
-    (["dataset.split=dirichlet", "dataset.batch_size=129"], "dataset.batch_size", "at most 128 samples"),
-    (["dataset.pca_dim=21"], "dataset.pca_dim", "[0, 20]"),
-    (["dataset.class_sep=inf"], "dataset.class_sep", "finite"),
-    (["dataset.dirichlet_alpha=inf"], "dataset.dirichlet_alpha", "finite"),
-    (["model.weight_decay=nan"], "model.weight_decay", "finite"),
-    (["straggler=persistent", "straggler.compute.persistent_ids=[4]"], "straggler.compute.persistent_ids[0]",
-     "0..3"),
-    (["straggler=persistent", "straggler.compute.persistent_ids=[a]"], "straggler.compute.persistent_ids[0]",
-     "worker id"),
-    (["straggler=trace", "num_workers=20"], "straggler.compute.path", "no row"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "field", "expected"),
+    [
+        (["num_workers=1"], "num_workers", ">= 2"),
+        (["data_seed=-1"], "data_seed", ">= 0"),
+        (["seed=-3"], "seed", ">= 0"),
+        (["target_loss=nan"], "target_loss", "finite"),
+        (["experiment_name=''"], "experiment_name", "non-empty"),
+        (["experiment_name=../elsewhere"], "experiment_name", "'..' parts"),
+        (["experiment_name=/tmp/x"], "experiment_name", "relative"),
+        (["topology=ring", "algo=cb_static", "algo.b=2"], "algo.b", "allowed range 0..1"),
+        (["topology=ring", "algo.min_neighbors=3"], "algo.min_neighbors", "allowed range 1..2"),
+        (["topology.p=0"], "topology.p", "(0, 1]"),
+        (["topology.p=1.5"], "topology.p", "(0, 1]"),
+        (["topology=custom", "topology.edges=[[0,1],[2,3]]"], "topology.edges", "disconnected"),
+        (["straggler.link.scale=-1"], "straggler.link.scale", ">= 0"),
+        (["dataset.batch_size=129"], "dataset.batch_size", "128 samples"),
+        (["dataset.split=dirichlet", "dataset.batch_size=129"], "dataset.batch_size", "at most 128 samples"),
+        (["dataset.pca_dim=21"], "dataset.pca_dim", "[0, 20]"),
+        (["dataset.class_sep=inf"], "dataset.class_sep", "finite"),
+        (["dataset.dirichlet_alpha=inf"], "dataset.dirichlet_alpha", "finite"),
+        (["model.weight_decay=nan"], "model.weight_decay", "finite"),
+        (
+            ["straggler=persistent", "straggler.compute.persistent_ids=[4]"],
+            "straggler.compute.persistent_ids[0]",
+            "0..3",
+        ),
+        (
+            ["straggler=persistent", "straggler.compute.persistent_ids=[a]"],
+            "straggler.compute.persistent_ids[0]",
+            "worker id",
+        ),
+        (["straggler=trace", "num_workers=20"], "straggler.compute.path", "no row"),
+    ],
+)
 def test_bad_values_are_rejected_before_any_data_is_loaded(overrides, field, expected):
     cfg, _ = compose(TINY + overrides)
     with pytest.raises(ConfigError) as error:
@@ -275,8 +311,9 @@ def test_bad_values_are_rejected_before_any_data_is_loaded(overrides, field, exp
 
 
 def test_a_b_some_workers_cannot_honour_is_clamped_not_rejected():
-    cfg, _ = compose(TINY + ["topology=custom", "topology.edges=[[0,1],[1,2],[2,3],[1,3]]", "algo=cb_static",
-                             "algo.b=2"])  # degrees 1, 3, 2, 2: only worker 1 can drop two neighbours
+    cfg, _ = compose(
+        TINY + ["topology=custom", "topology.edges=[[0,1],[1,2],[2,3],[1,3]]", "algo=cb_static", "algo.b=2"]
+    )  # degrees 1, 3, 2, 2: only worker 1 can drop two neighbours
     with pytest.warns(UserWarning, match="clamped"):
         validate(cfg)
 

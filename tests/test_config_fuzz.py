@@ -29,11 +29,15 @@ from hypothesis import strategies as st
 
 from dybw.cli import prevalidate
 from dybw.engine import Diverged
-
 from helpers import CONF, run_cli, run_config
 
-FUZZ = settings(derandomize=True, database=None, deadline=None, max_examples=15,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    derandomize=True,
+    database=None,
+    deadline=None,
+    max_examples=15,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 # --------------------------------------------------------------------------------------------------
 # Rendering values as Hydra override text
@@ -46,8 +50,11 @@ def text(value) -> str:
     if value is None:
         return "null"
     if isinstance(value, float):
-        return "nan" if math.isnan(value) else ("inf" if value == math.inf else "-inf" if value == -math.inf
-                                                else repr(value))
+        return (
+            "nan"
+            if math.isnan(value)
+            else ("inf" if value == math.inf else "-inf" if value == -math.inf else repr(value))
+        )
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(text(v) for v in value) + "]"
     return str(value)
@@ -117,8 +124,11 @@ for side in ("compute", "link"):
 OUT_OF_RANGE += [
     ("straggler.link.persistent_fraction", st.one_of(below(0), above(1), st.just(math.nan)), ["straggler=persistent"]),
     ("straggler.compute.persistent_factor", st.one_of(below(0, strict=False), POS_INF_NAN), ["straggler=persistent"]),
-    ("straggler.compute.persistent_ids", st.lists(st.integers(min_value=16), min_size=1, max_size=3),
-     ["straggler=persistent"]),
+    (
+        "straggler.compute.persistent_ids",
+        st.lists(st.integers(min_value=16), min_size=1, max_size=3),
+        ["straggler=persistent"],
+    ),
 ]
 
 
@@ -129,14 +139,23 @@ def out_of_range(draw):
 
 
 # Types: int, float, bool, str and list fields, each given values of the wrong kind.
-INT_FIELDS = ["num_workers", "iterations", "eval_every", "seed", "algo.min_neighbors", "dataset.batch_size",
-              "runner.chunk", "dataset.pca_dim"]
+INT_FIELDS = [
+    "num_workers",
+    "iterations",
+    "eval_every",
+    "seed",
+    "algo.min_neighbors",
+    "dataset.batch_size",
+    "runner.chunk",
+    "dataset.pca_dim",
+]
 FLOAT_FIELDS = ["algo.eta0", "algo.delta", "target_accuracy", "model.weight_decay", "dataset.dirichlet_alpha"]
 BOOL_FIELDS = ["force", "progress", "resume", "dataset.whiten"]
 STR_FIELDS = ["experiment_name", "algo.update", "algo.mixing", "protocol.sync", "dataset.split"]
 LIST_FIELDS = ["model.hidden", "logger.tags"]
 WORDS = st.from_regex(r"[a-z][a-z_]{1,8}", fullmatch=True).filter(
-    lambda w: w not in {"true", "false", "null", "nan", "inf", "yes", "no", "on", "off"})
+    lambda w: w not in {"true", "false", "null", "nan", "inf", "yes", "no", "on", "off"}
+)
 
 
 @st.composite
@@ -144,22 +163,46 @@ def wrong_type(draw):
     kind = draw(st.sampled_from(["int", "float", "bool", "str", "list"]))
     if kind == "int":
         key = draw(st.sampled_from(INT_FIELDS))
-        value = draw(st.one_of(WORDS, st.booleans(), st.just(None), st.floats(allow_nan=False, allow_infinity=False)
-                               .filter(lambda x: x != int(x)),
-                               st.lists(st.integers(0, 9), min_size=1, max_size=3).map(text),
-                               WORDS.map(lambda w: "{" + w + ":1}"), st.integers(0, 99).map(lambda i: f"'{i}'")))
+        value = draw(
+            st.one_of(
+                WORDS,
+                st.booleans(),
+                st.just(None),
+                st.floats(allow_nan=False, allow_infinity=False).filter(lambda x: x != int(x)),
+                st.lists(st.integers(0, 9), min_size=1, max_size=3).map(text),
+                WORDS.map(lambda w: "{" + w + ":1}"),
+                st.integers(0, 99).map(lambda i: f"'{i}'"),
+            )
+        )
     elif kind == "float":
         key = draw(st.sampled_from(FLOAT_FIELDS))
-        value = draw(st.one_of(WORDS, st.booleans(), st.just(None),
-                               st.lists(st.integers(0, 9), min_size=1, max_size=3).map(text)))
+        value = draw(
+            st.one_of(
+                WORDS, st.booleans(), st.just(None), st.lists(st.integers(0, 9), min_size=1, max_size=3).map(text)
+            )
+        )
     elif kind == "bool":
         key = draw(st.sampled_from(BOOL_FIELDS))
-        value = draw(st.one_of(WORDS, st.integers(-5, 5), st.floats(allow_nan=False), st.just(None),
-                               st.lists(st.booleans(), min_size=1, max_size=2).map(text)))
+        value = draw(
+            st.one_of(
+                WORDS,
+                st.integers(-5, 5),
+                st.floats(allow_nan=False),
+                st.just(None),
+                st.lists(st.booleans(), min_size=1, max_size=2).map(text),
+            )
+        )
     elif kind == "str":
         key = draw(st.sampled_from(STR_FIELDS))
-        value = draw(st.one_of(st.integers(), st.booleans(), st.floats(allow_nan=False), st.just(None),
-                               st.lists(WORDS, min_size=1, max_size=2).map(text)))
+        value = draw(
+            st.one_of(
+                st.integers(),
+                st.booleans(),
+                st.floats(allow_nan=False),
+                st.just(None),
+                st.lists(WORDS, min_size=1, max_size=2).map(text),
+            )
+        )
     else:
         key = draw(st.sampled_from(LIST_FIELDS))
         value = draw(st.one_of(st.integers(), st.booleans(), WORDS))
@@ -167,17 +210,65 @@ def wrong_type(draw):
     return context + [ov(key, value) if not isinstance(value, str) else f"{key}={value}"], (key,)
 
 
-GROUP_OPTIONS = {group: sorted(p.stem for p in (CONF / group).glob("*.yaml"))
-                 for group in ("algo", "dataset", "model", "topology", "straggler", "runner", "logger", "experiment")}
-CHOICE_FIELDS = {"algo.name": [], "algo.update": [], "algo.mixing": [], "protocol.sync": [], "dataset.split": [],
-                 "dataset.normalize": [], "model.name": [], "topology.name": [], "straggler.compute.dist": [],
-                 "straggler.link.dist": [], "runner.clock": ["runner=mpi"], "runner.fault": ["runner=mpi"],
-                 "logger.mode": ["logger=wandb"]}
-KNOWN_CHOICES = {"cb_dybw", "cb_full", "cb_static", "atc", "cta", "uniform", "metropolis", "lockstep", "free",
-                 "iid", "shards", "dirichlet", "standard", "scale", "none", "logreg", "mlp", "constant",
-                 "shifted_exp", "pareto", "lognormal", "trace", "virtual", "wall", "raise", "hang", "exit", "auto",
-                 "online", "offline", "disabled", "complete", "custom", "erdos_renyi", "exponential",
-                 "random_regular", "ring", "torus"}
+GROUP_OPTIONS = {
+    group: sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+    for group in ("algo", "dataset", "model", "topology", "straggler", "runner", "logger", "experiment")
+}
+CHOICE_FIELDS = {
+    "algo.name": [],
+    "algo.update": [],
+    "algo.mixing": [],
+    "protocol.sync": [],
+    "dataset.split": [],
+    "dataset.normalize": [],
+    "model.name": [],
+    "topology.name": [],
+    "straggler.compute.dist": [],
+    "straggler.link.dist": [],
+    "runner.clock": ["runner=mpi"],
+    "runner.fault": ["runner=mpi"],
+    "logger.mode": ["logger=wandb"],
+}
+KNOWN_CHOICES = {
+    "cb_dybw",
+    "cb_full",
+    "cb_static",
+    "atc",
+    "cta",
+    "uniform",
+    "metropolis",
+    "lockstep",
+    "free",
+    "iid",
+    "shards",
+    "dirichlet",
+    "standard",
+    "scale",
+    "none",
+    "logreg",
+    "mlp",
+    "constant",
+    "shifted_exp",
+    "pareto",
+    "lognormal",
+    "trace",
+    "virtual",
+    "wall",
+    "raise",
+    "hang",
+    "exit",
+    "auto",
+    "online",
+    "offline",
+    "disabled",
+    "complete",
+    "custom",
+    "erdos_renyi",
+    "exponential",
+    "random_regular",
+    "ring",
+    "torus",
+}
 
 
 @st.composite
@@ -191,23 +282,97 @@ def unknown_option(draw):
     return CHOICE_FIELDS[key] + [f"{key}={name}"], (key if not key.startswith("topology") else "topology",)
 
 
-SECTIONS = {"": ["num_workers", "iterations", "eval_every", "seed", "data_seed", "model_seed", "target_accuracy",
-                 "target_loss", "data_dir", "experiment_name", "force", "resume", "progress", "algo", "dataset",
-                 "model", "topology", "straggler", "protocol", "runner", "logger", "hydra", "experiment"],
-            "algo": ["name", "b", "min_neighbors", "update", "mixing", "eta0", "delta"],
-            "dataset": ["name", "pca_dim", "normalize", "whiten", "split", "shards_per_worker", "dirichlet_alpha",
-                        "batch_size", "target_accuracy", "num_train", "num_test", "input_dim", "num_classes",
-                        "class_sep"],
-            "model": ["name", "hidden", "weight_decay"],
-            "protocol": ["sync"],
-            "straggler.link": ["dist", "shift", "scale", "alpha", "sigma", "slow_prob", "slow_factor",
-                               "persistent_ids", "persistent_fraction", "persistent_factor", "path"],
-            "runner": ["name", "chunk", "ranks", "clock", "launcher", "timeout_s", "startup_timeout_s", "fault",
-                       "fault_rank", "fault_iteration"],
-            "logger": ["name", "mode", "project", "entity", "tags", "dir"],
-            "hydra": ["run", "sweep", "job", "mode", "verbose", "output_subdir", "runtime", "help", "hydra_help",
-                      "callbacks", "sweeper", "launcher", "env", "searchpath", "overrides", "job_logging",
-                      "hydra_logging"]}
+SECTIONS = {
+    "": [
+        "num_workers",
+        "iterations",
+        "eval_every",
+        "seed",
+        "data_seed",
+        "model_seed",
+        "target_accuracy",
+        "target_loss",
+        "data_dir",
+        "experiment_name",
+        "force",
+        "resume",
+        "progress",
+        "algo",
+        "dataset",
+        "model",
+        "topology",
+        "straggler",
+        "protocol",
+        "runner",
+        "logger",
+        "hydra",
+        "experiment",
+    ],
+    "algo": ["name", "b", "min_neighbors", "update", "mixing", "eta0", "delta"],
+    "dataset": [
+        "name",
+        "pca_dim",
+        "normalize",
+        "whiten",
+        "split",
+        "shards_per_worker",
+        "dirichlet_alpha",
+        "batch_size",
+        "target_accuracy",
+        "num_train",
+        "num_test",
+        "input_dim",
+        "num_classes",
+        "class_sep",
+    ],
+    "model": ["name", "hidden", "weight_decay"],
+    "protocol": ["sync"],
+    "straggler.link": [
+        "dist",
+        "shift",
+        "scale",
+        "alpha",
+        "sigma",
+        "slow_prob",
+        "slow_factor",
+        "persistent_ids",
+        "persistent_fraction",
+        "persistent_factor",
+        "path",
+    ],
+    "runner": [
+        "name",
+        "chunk",
+        "ranks",
+        "clock",
+        "launcher",
+        "timeout_s",
+        "startup_timeout_s",
+        "fault",
+        "fault_rank",
+        "fault_iteration",
+    ],
+    "logger": ["name", "mode", "project", "entity", "tags", "dir"],
+    "hydra": [
+        "run",
+        "sweep",
+        "job",
+        "mode",
+        "verbose",
+        "output_subdir",
+        "runtime",
+        "help",
+        "hydra_help",
+        "callbacks",
+        "sweeper",
+        "launcher",
+        "env",
+        "searchpath",
+        "overrides",
+        "job_logging",
+        "hydra_logging",
+    ],
+}
 
 
 @st.composite
@@ -227,22 +392,38 @@ def cross_field(draw):
     if case == 0:
         return ["algo=cb_static", "topology=ring", ov("algo.b", draw(st.integers(2, 40)))], ("algo.b",)
     if case == 1:
-        return ["algo=cb_static", "topology=complete", ov("num_workers", n),
-                ov("algo.b", draw(st.integers(n - 1, 3 * n)))], ("algo.b",)
+        return [
+            "algo=cb_static",
+            "topology=complete",
+            ov("num_workers", n),
+            ov("algo.b", draw(st.integers(n - 1, 3 * n))),
+        ], ("algo.b",)
     if case == 2:
-        return ["algo=cb_dybw", "topology=ring", ov("algo.min_neighbors", draw(st.integers(3, 40)))], \
-            ("algo.min_neighbors",)
+        return ["algo=cb_dybw", "topology=ring", ov("algo.min_neighbors", draw(st.integers(3, 40)))], (
+            "algo.min_neighbors",
+        )
     if case == 3:
         split = draw(st.sampled_from(["iid", "dirichlet"]))
-        return ["dataset=mnist", ov("num_workers", n), f"dataset.split={split}",
-                ov("dataset.batch_size", draw(st.integers(60000 // n + 1, 10 ** 6)))], ("dataset.batch_size",)
+        return [
+            "dataset=mnist",
+            ov("num_workers", n),
+            f"dataset.split={split}",
+            ov("dataset.batch_size", draw(st.integers(60000 // n + 1, 10**6))),
+        ], ("dataset.batch_size",)
     if case == 4:
-        return ["dataset=synthetic", ov("num_workers", n), "dataset.num_train=200",
-                ov("dataset.batch_size", draw(st.integers(200 // n + 1, 10 ** 4)))], ("dataset.batch_size",)
+        return [
+            "dataset=synthetic",
+            ov("num_workers", n),
+            "dataset.num_train=200",
+            ov("dataset.batch_size", draw(st.integers(200 // n + 1, 10**4))),
+        ], ("dataset.batch_size",)
     if case == 5:
         dim = draw(st.integers(1, 30))
-        return ["dataset=synthetic", ov("dataset.input_dim", dim),
-                ov("dataset.pca_dim", draw(st.integers(dim + 1, dim + 100)))], ("dataset.pca_dim",)
+        return [
+            "dataset=synthetic",
+            ov("dataset.input_dim", dim),
+            ov("dataset.pca_dim", draw(st.integers(dim + 1, dim + 100))),
+        ], ("dataset.pca_dim",)
     if case == 6:
         return ["dataset=synthetic", "dataset.whiten=true", "dataset.pca_dim=0"], ("dataset.whiten",)
     if case == 7:  # a custom graph that is disconnected, names an absent worker or has a self-loop
@@ -261,10 +442,12 @@ def cross_field(draw):
         d = draw(st.integers(1, 3 * n).filter(lambda d: d >= n or (n * d) % 2 == 1 or (d == 1 and n > 2)))
         return ["topology=random_regular", ov("num_workers", n), ov("topology.d", d)], ("topology.d",)
     if case == 10:
-        return ["runner=mpi", ov("num_workers", n), ov("runner.ranks", draw(st.integers(n + 1, 10 * n)))], \
-            ("runner.ranks",)
-    return ["dataset=synthetic", ov("num_workers", n), ov("dataset.num_train", draw(st.integers(1, n - 1)))], \
-        ("dataset.num_train",)
+        return ["runner=mpi", ov("num_workers", n), ov("runner.ranks", draw(st.integers(n + 1, 10 * n)))], (
+            "runner.ranks",
+        )
+    return ["dataset=synthetic", ov("num_workers", n), ov("dataset.num_train", draw(st.integers(1, n - 1)))], (
+        "dataset.num_train",
+    )
 
 
 @st.composite
@@ -292,13 +475,38 @@ def bad_sweep(draw):
 
 
 # Innocent overrides that never make a bad case valid (filtered so they never touch its keys).
-CONTEXT = st.lists(st.sampled_from([
-    "seed=7", "data_seed=3", "model_seed=5", "iterations=4", "eval_every=2", "experiment_name=fuzz", "force=true",
-    "progress=false", "logger=none", "target_loss=0.25", "protocol.sync=free", "protocol.sync=lockstep",
-    "model=logreg", "model=mlp", "topology=complete", "topology=ring", "topology=exponential",
-    "straggler=none", "straggler=pareto", "straggler=mixture", "dataset=synthetic", "algo=cb_full",
-    "algo.mixing=metropolis", "algo.update=cta",
-]), max_size=4, unique=True)
+CONTEXT = st.lists(
+    st.sampled_from(
+        [
+            "seed=7",
+            "data_seed=3",
+            "model_seed=5",
+            "iterations=4",
+            "eval_every=2",
+            "experiment_name=fuzz",
+            "force=true",
+            "progress=false",
+            "logger=none",
+            "target_loss=0.25",
+            "protocol.sync=free",
+            "protocol.sync=lockstep",
+            "model=logreg",
+            "model=mlp",
+            "topology=complete",
+            "topology=ring",
+            "topology=exponential",
+            "straggler=none",
+            "straggler=pareto",
+            "straggler=mixture",
+            "dataset=synthetic",
+            "algo=cb_full",
+            "algo.mixing=metropolis",
+            "algo.update=cta",
+        ]
+    ),
+    max_size=4,
+    unique=True,
+)
 
 
 def _head(override: str) -> str:
@@ -370,13 +578,17 @@ def test_bad_sweeps_are_one_line_naming_the_field(case):
     assert_one_line_naming(argv, fields, *rejects(argv))
 
 
-SYNTAX = st.sampled_from(["[1", "[1,", "[[0,1]", "{a:", "{a:1", "'abc", '"abc', ")", "(", "]", "}", "1)", "=",
-                          "${", "[1,2", "choice(1"])
+SYNTAX = st.sampled_from(
+    ["[1", "[1,", "[[0,1]", "{a:", "{a:1", "'abc", '"abc', ")", "(", "]", "}", "1)", "=", "${", "[1,2", "choice(1"]
+)
 
 
 @FUZZ
-@given(st.sampled_from(["num_workers", "seed", "algo.eta0", "model.hidden", "topology.edges", "experiment_name"]),
-       SYNTAX, st.booleans())
+@given(
+    st.sampled_from(["num_workers", "seed", "algo.eta0", "model.hidden", "topology.edges", "experiment_name"]),
+    SYNTAX,
+    st.booleans(),
+)
 def test_broken_override_syntax_is_one_line_naming_the_field(key, value, multirun):
     argv = (["-m"] if multirun else []) + [f"{key}={value}"]
     assert_one_line_naming(argv, (key,), *rejects(argv))
@@ -385,12 +597,20 @@ def test_broken_override_syntax_is_one_line_naming_the_field(key, value, multiru
 # Every float field given a value no delay, rate or probability can take.  (The timeouts are left out:
 # runner.timeout_s=inf means "wait forever", a choice, not a mistake.)
 FLOAT_KEYS = [
-    ("target_accuracy", []), ("target_loss", []), ("algo.eta0", []), ("algo.delta", []),
-    ("dataset.dirichlet_alpha", []), ("dataset.class_sep", ["dataset=synthetic"]), ("model.weight_decay", []),
+    ("target_accuracy", []),
+    ("target_loss", []),
+    ("algo.eta0", []),
+    ("algo.delta", []),
+    ("dataset.dirichlet_alpha", []),
+    ("dataset.class_sep", ["dataset=synthetic"]),
+    ("model.weight_decay", []),
     ("topology.p", ["topology=erdos_renyi"]),
-    ("straggler.compute.shift", ["straggler=shifted_exp"]), ("straggler.compute.scale", ["straggler=shifted_exp"]),
-    ("straggler.compute.sigma", ["straggler=lognormal"]), ("straggler.link.sigma", ["straggler=lognormal"]),
-    ("straggler.compute.slow_prob", ["straggler=mixture"]), ("straggler.compute.slow_factor", ["straggler=mixture"]),
+    ("straggler.compute.shift", ["straggler=shifted_exp"]),
+    ("straggler.compute.scale", ["straggler=shifted_exp"]),
+    ("straggler.compute.sigma", ["straggler=lognormal"]),
+    ("straggler.link.sigma", ["straggler=lognormal"]),
+    ("straggler.compute.slow_prob", ["straggler=mixture"]),
+    ("straggler.compute.slow_factor", ["straggler=mixture"]),
     ("straggler.link.persistent_fraction", ["straggler=persistent"]),
     ("straggler.link.persistent_factor", ["straggler=persistent"]),
 ]
@@ -404,8 +624,11 @@ def test_non_finite_numbers_are_rejected(key, context, value):
 
 
 @settings(derandomize=True, database=None, deadline=None, max_examples=4)
-@given(invalid_command(st.one_of(out_of_range(), wrong_type(), unknown_option(), unknown_key(), cross_field(),
-                                 bad_sweep())))
+@given(
+    invalid_command(
+        st.one_of(out_of_range(), wrong_type(), unknown_option(), unknown_key(), cross_field(), bad_sweep())
+    )
+)
 def test_the_real_command_line_rejects_random_invalid_configs(case):
     argv, fields = case
     with tempfile.TemporaryDirectory() as cwd:
@@ -424,13 +647,21 @@ def valid_run(draw, algo: str):
     """``(overrides, iterations, eta0)`` of a tiny synthetic run of ``algo``; the options are drawn uniformly
     by a ``random.Random`` seeded from hypothesis and ``algo`` (hypothesis' own choices cluster on edge values,
     and the same draws for every algorithm would test three times the same configs)."""
-    rnd = random.Random(f"{algo}-{draw(st.integers(0, 2 ** 32 - 1))}")
+    rnd = random.Random(f"{algo}-{draw(st.integers(0, 2**32 - 1))}")
     n = rnd.randint(2, 6)
     iterations = rnd.randint(1, 5)
-    overrides = ["dataset=synthetic", "logger=none", "progress=false", "runner=local", ov("num_workers", n),
-                 ov("iterations", iterations), ov("eval_every", rnd.randint(1, 5)),
-                 ov("seed", rnd.randint(0, 2 ** 40)), ov("data_seed", rnd.randint(0, 1000)),
-                 ov("model_seed", rnd.randint(0, 1000))]
+    overrides = [
+        "dataset=synthetic",
+        "logger=none",
+        "progress=false",
+        "runner=local",
+        ov("num_workers", n),
+        ov("iterations", iterations),
+        ov("eval_every", rnd.randint(1, 5)),
+        ov("seed", rnd.randint(0, 2**40)),
+        ov("data_seed", rnd.randint(0, 1000)),
+        ov("model_seed", rnd.randint(0, 1000)),
+    ]
     # graph
     topology = rnd.choice(["ring", "complete", "exponential", "erdos_renyi", "random_regular", "torus", "custom"])
     overrides.append(f"topology={topology}")
@@ -447,22 +678,37 @@ def valid_run(draw, algo: str):
     elif algo == "cb_dybw":
         overrides.append(ov("algo.min_neighbors", rnd.randint(1, 1 if n == 2 else 2)))
     eta0 = 10 ** rnd.uniform(30, 300) if rnd.random() < 0.3 else 10 ** rnd.uniform(-3, 0)
-    overrides += [f"algo.update={rnd.choice(['atc', 'cta'])}", f"algo.mixing={rnd.choice(['uniform', 'metropolis'])}",
-                  ov("algo.eta0", eta0), ov("algo.delta", rnd.uniform(0.5, 1.0)),
-                  f"protocol.sync={rnd.choice(['lockstep', 'free'])}", ov("runner.chunk", rnd.randint(1, 8))]
-    overrides.append("straggler=" + rnd.choice(["none", "paper", "shifted_exp", "pareto", "lognormal", "uniform",
-                                                "mixture", "persistent", "trace"]))
+    overrides += [
+        f"algo.update={rnd.choice(['atc', 'cta'])}",
+        f"algo.mixing={rnd.choice(['uniform', 'metropolis'])}",
+        ov("algo.eta0", eta0),
+        ov("algo.delta", rnd.uniform(0.5, 1.0)),
+        f"protocol.sync={rnd.choice(['lockstep', 'free'])}",
+        ov("runner.chunk", rnd.randint(1, 8)),
+    ]
+    overrides.append(
+        "straggler="
+        + rnd.choice(
+            ["none", "paper", "shifted_exp", "pareto", "lognormal", "uniform", "mixture", "persistent", "trace"]
+        )
+    )
     # data: every shard holds a batch
     input_dim = rnd.randint(2, 12)
     pca = rnd.randint(0, input_dim)
-    overrides += [ov("dataset.num_train", rnd.randint(256, 512)), ov("dataset.num_test", rnd.randint(8, 64)),
-                  ov("dataset.input_dim", input_dim), ov("dataset.num_classes", rnd.randint(2, 5)),
-                  ov("dataset.class_sep", rnd.uniform(0.0, 4.0)), ov("dataset.pca_dim", pca),
-                  ov("dataset.whiten", pca > 0 and rnd.random() < 0.5),
-                  f"dataset.normalize={rnd.choice(['standard', 'scale', 'none'])}",
-                  f"dataset.split={rnd.choice(['iid', 'shards', 'dirichlet'])}",
-                  ov("dataset.shards_per_worker", rnd.randint(1, 3)),
-                  ov("dataset.dirichlet_alpha", rnd.uniform(5.0, 100.0)), ov("dataset.batch_size", rnd.randint(1, 4))]
+    overrides += [
+        ov("dataset.num_train", rnd.randint(256, 512)),
+        ov("dataset.num_test", rnd.randint(8, 64)),
+        ov("dataset.input_dim", input_dim),
+        ov("dataset.num_classes", rnd.randint(2, 5)),
+        ov("dataset.class_sep", rnd.uniform(0.0, 4.0)),
+        ov("dataset.pca_dim", pca),
+        ov("dataset.whiten", pca > 0 and rnd.random() < 0.5),
+        f"dataset.normalize={rnd.choice(['standard', 'scale', 'none'])}",
+        f"dataset.split={rnd.choice(['iid', 'shards', 'dirichlet'])}",
+        ov("dataset.shards_per_worker", rnd.randint(1, 3)),
+        ov("dataset.dirichlet_alpha", rnd.uniform(5.0, 100.0)),
+        ov("dataset.batch_size", rnd.randint(1, 4)),
+    ]
     model = rnd.choice(["logreg", "mlp"])
     overrides.append(f"model={model}")
     if model == "mlp":
@@ -472,8 +718,14 @@ def valid_run(draw, algo: str):
 
 # A run costs ~2 s: three per algorithm, and no shrinking (a failure is reported with its full config).
 @pytest.mark.parametrize("algo", ["cb_full", "cb_static", "cb_dybw"])
-@settings(derandomize=True, database=None, deadline=None, max_examples=3, phases=[Phase.explicit, Phase.generate],
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    derandomize=True,
+    database=None,
+    deadline=None,
+    max_examples=3,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(data=st.data())
 def test_random_valid_tiny_runs_end_with_a_valid_status(algo, data):
     overrides, iterations, eta0 = data.draw(valid_run(algo))
@@ -502,9 +754,20 @@ def test_random_valid_tiny_runs_end_with_a_valid_status(algo, data):
 def test_divergence_found_in_the_parameters_names_the_iteration_and_the_worker(tmp_path):
     """The case the random runs first found: with one iteration the NaN never reaches a loss, only the
     parameters the final evaluation sees (the message named no worker before the fix)."""
-    overrides = ["dataset=synthetic", "model=logreg", "logger=none", "progress=false", "runner=local", "num_workers=3",
-                 "iterations=1", "algo=cb_full", "algo.eta0=1e40", "dataset.num_train=256", "dataset.num_test=32",
-                 "dataset.batch_size=4"]
+    overrides = [
+        "dataset=synthetic",
+        "model=logreg",
+        "logger=none",
+        "progress=false",
+        "runner=local",
+        "num_workers=3",
+        "iterations=1",
+        "algo=cb_full",
+        "algo.eta0=1e40",
+        "dataset.num_train=256",
+        "dataset.num_test=32",
+        "dataset.batch_size=4",
+    ]
     with pytest.raises(Diverged, match=r"iteration \d+: worker \d+") as error:
         run_config(overrides, tmp_path / "job")
     written = json.loads((tmp_path / "job" / "summary.json").read_text())

@@ -474,9 +474,19 @@ def test_partition_invariants_property():
 
 def _syn_cfg(**kw):
     base = dict(
-        name="synthetic", num_train=2000, num_test=500, input_dim=20, num_classes=5, class_sep=3.0,
-        pca_dim=0, normalize="none", whiten=False, split="iid", shards_per_worker=2,
-        dirichlet_alpha=0.5, batch_size=16,
+        name="synthetic",
+        num_train=2000,
+        num_test=500,
+        input_dim=20,
+        num_classes=5,
+        class_sep=3.0,
+        pca_dim=0,
+        normalize="none",
+        whiten=False,
+        split="iid",
+        shards_per_worker=2,
+        dirichlet_alpha=0.5,
+        batch_size=16,
     )
     base.update(kw)
     return SimpleNamespace(**base)
@@ -556,8 +566,14 @@ def test_size_helpers():
 @needs_mnist
 def test_load_dataset_mnist_pca(tmp_path):
     cfg = SimpleNamespace(
-        name="mnist", pca_dim=50, normalize="standard", whiten=True, split="shards", shards_per_worker=2,
-        dirichlet_alpha=0.5, batch_size=32,
+        name="mnist",
+        pca_dim=50,
+        normalize="standard",
+        whiten=True,
+        split="shards",
+        shards_per_worker=2,
+        dirichlet_alpha=0.5,
+        batch_size=32,
     )
     ds = load_dataset(cfg, 10, data_seed=0, data_dir=DATA_DIR, cache_dir=tmp_path)
     assert ds.x_train.shape == (60000, 50) and ds.x_test.shape == (10000, 50) and ds.input_dim == 50

@@ -6,13 +6,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dybw.config import validate
+from dybw.data import load_dataset
 from dybw.engine import BatchedTrainer, LocalEngine, Schedule
 from dybw.mixing import gathered_weights, mixing_matrices
 from dybw.models import build_network
-from dybw.data import load_dataset
-from dybw.config import validate
 from dybw.tf_setup import import_tensorflow
-
 from helpers import TINY, compose, run_config
 
 
@@ -27,8 +26,15 @@ def engine_for(overrides):
 def test_complete_graph_cb_full_uniform_equals_centralised_sgd_with_batch_nb():
     """x(k+1) = mean_j (x - eta g_j) = x - eta * (gradient on the union of the N batches of B)."""
     tf = import_tensorflow()
-    overrides = ["topology=complete", "algo=cb_full", "algo.mixing=uniform", "model=mlp", "model.hidden=[8]",
-                 "algo.eta0=0.5", "iterations=8"]
+    overrides = [
+        "topology=complete",
+        "algo=cb_full",
+        "algo.mixing=uniform",
+        "model=mlp",
+        "model.hidden=[8]",
+        "algo.eta0=0.5",
+        "iterations=8",
+    ]
     cfg, graph, dataset, network, engine = engine_for(overrides)
     engine.run(lambda row: None)
     distributed = engine.trainer.params.numpy()
@@ -40,8 +46,11 @@ def test_complete_graph_cb_full_uniform_equals_centralised_sgd_with_batch_nb():
         union = batches[k].reshape(-1)
         with tf.GradientTape() as tape:
             logits = network.logits(tf, x, dataset.x_train[union][None])
-            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-                labels=dataset.y_train[union][None].astype(np.int32), logits=logits))
+            loss = tf.reduce_mean(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(
+                    labels=dataset.y_train[union][None].astype(np.int32), logits=logits
+                )
+            )
         x.assign_sub(cfg.algo.eta0 * tape.gradient(loss, x))
     for j in range(cfg.num_workers):
         np.testing.assert_allclose(distributed[j], x.numpy()[0], atol=1e-5)
@@ -55,7 +64,8 @@ def test_a_workers_local_step_does_not_depend_on_how_many_workers_share_the_proc
     5 or 2 rows than for 8 -- the failure this guards against."""
     tf = import_tensorflow()
     cfg, graph, dataset, network, engine = engine_for(
-        model + ["num_workers=8", "dataset.num_train=8192", "dataset.batch_size=1024"])
+        model + ["num_workers=8", "dataset.num_train=8192", "dataset.batch_size=1024"]
+    )
     trainer = engine.trainer
     params = tf.constant(np.random.default_rng(0).normal(0, 0.1, (8, network.num_params)).astype(np.float32))
     indices = tf.constant(Schedule(cfg, graph, dataset.shards).batches.take(0, 1)[0])
@@ -84,10 +94,14 @@ def test_mixing_hosted_rows_from_two_buffers_gives_the_bits_of_one(topology):
         sources = engine.sources[hosted]
         received = np.array(sorted(set(sources.ravel()) - set(hosted)), dtype=np.int64)
         position = {int(w): a for a, w in enumerate(np.concatenate([hosted, received]))}
-        trainer = BatchedTrainer(network, dataset, "atc", 0.0, network.initial_params(0), len(hosted),
-                                 np.vectorize(position.get)(sources))
-        part = trainer.mix(tf.constant(gathered_weights(weights, sources, hosted)), tf.constant(rows[hosted]),
-                           tf.constant(rows[received].reshape(len(received), -1)))
+        trainer = BatchedTrainer(
+            network, dataset, "atc", 0.0, network.initial_params(0), len(hosted), np.vectorize(position.get)(sources)
+        )
+        part = trainer.mix(
+            tf.constant(gathered_weights(weights, sources, hosted)),
+            tf.constant(rows[hosted]),
+            tf.constant(rows[received].reshape(len(received), -1)),
+        )
         np.testing.assert_array_equal(part.numpy(), whole[hosted])
     # and it is W @ Y (up to the order of float additions)
     np.testing.assert_allclose(whole, weights @ rows, rtol=1e-5, atol=1e-5)
@@ -98,7 +112,8 @@ def test_evaluation_chunks_sum_to_the_same_bits_whichever_process_takes_them():
     which other chunks share the call, and together they give the whole data set's metrics."""
     tf = import_tensorflow()
     cfg, graph, dataset, network, engine = engine_for(
-        ["model=mlp", "model.hidden=[16]", "dataset.num_train=6000", "dataset.num_test=1000"])
+        ["model=mlp", "model.hidden=[16]", "dataset.num_train=6000", "dataset.num_test=1000"]
+    )
     trainer = engine.trainer
     assert trainer.chunk_size == 2500 and trainer.train_chunks == 3 and trainer.num_chunks == 4  # padded
     average = np.random.default_rng(0).normal(0, 0.3, network.num_params).astype(np.float32)
@@ -116,10 +131,13 @@ def test_cb_static_with_no_backups_gives_cb_full_results(tmp_path):
     full = run_config(TINY + ["algo=cb_full"], tmp_path / "full")
     static = run_config(TINY + ["algo=cb_static", "algo.b=0"], tmp_path / "static")
     assert full["status"] == static["status"] == "completed"
-    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "full/metrics.csv").drop(columns="wall_seconds"),
-                                  pd.read_csv(tmp_path / "static/metrics.csv").drop(columns="wall_seconds"))
-    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "full/timeline.parquet"),
-                                  pd.read_parquet(tmp_path / "static/timeline.parquet"))
+    pd.testing.assert_frame_equal(
+        pd.read_csv(tmp_path / "full/metrics.csv").drop(columns="wall_seconds"),
+        pd.read_csv(tmp_path / "static/metrics.csv").drop(columns="wall_seconds"),
+    )
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(tmp_path / "full/timeline.parquet"), pd.read_parquet(tmp_path / "static/timeline.parquet")
+    )
 
 
 def test_same_config_and_seed_twice_gives_identical_metrics(tmp_path):
@@ -133,14 +151,17 @@ def test_same_config_and_seed_twice_gives_identical_metrics(tmp_path):
 @pytest.mark.parametrize("other", [["algo=cb_full"], ["algo=cb_static", "algo.b=1"], ["algo.update=cta"]])
 def test_different_algorithm_same_seed_sees_the_same_delays_and_minibatches(other):
     base = ["straggler=shifted_exp", "num_workers=6", "topology=erdos_renyi", "topology.p=0.6"]
+
     def schedule(overrides):
         cfg, _ = compose(TINY + base + overrides)
         graph = validate(cfg)
         dataset = load_dataset(cfg.dataset, cfg.num_workers, cfg.data_seed, data_dir=cfg.data_dir)
         return Schedule(cfg, graph, dataset.shards)
 
-    draws = [(s.delays.compute(0, 20), s.delays.link(0, 20), s.batches.take(0, 20))
-             for s in (schedule(["algo=cb_dybw"]), schedule(other))]
+    draws = [
+        (s.delays.compute(0, 20), s.delays.link(0, 20), s.batches.take(0, 20))
+        for s in (schedule(["algo=cb_dybw"]), schedule(other))
+    ]
     for mine, theirs in zip(*draws):
         np.testing.assert_array_equal(mine, theirs)
     # ...and the recorded ready - start of ATC is exactly the drawn compute time
@@ -161,8 +182,15 @@ def test_different_seed_changes_the_delays():
 def test_timeline_matches_the_results_contract(tmp_path):
     summary = run_config(TINY + ["straggler=shifted_exp", "algo=cb_dybw"], tmp_path)
     timeline = pd.read_parquet(tmp_path / "timeline.parquet")
-    assert list(timeline.columns[:7]) == ["iteration", "worker", "start", "ready", "stop", "used", "backups"] or \
-        {"iteration", "worker", "start", "ready", "stop", "used", "backups"} <= set(timeline.columns)
+    assert list(timeline.columns[:7]) == ["iteration", "worker", "start", "ready", "stop", "used", "backups"] or {
+        "iteration",
+        "worker",
+        "start",
+        "ready",
+        "stop",
+        "used",
+        "backups",
+    } <= set(timeline.columns)
     assert len(timeline) == 6 * 4
     assert (timeline["stop"] >= timeline["ready"]).all() and (timeline["ready"] >= timeline["start"]).all()
     assert (timeline["used"] >= 1).all()
@@ -189,7 +217,11 @@ def test_local_test_accuracy_is_the_mean_of_each_local_models_accuracy(tmp_path)
     rows = []
     engine.run(rows.append)
     params = engine.trainer.params.numpy()
-    accuracies = [np.mean(np.argmax(network.logits(tf, params[j:j + 1], dataset.x_test[None]).numpy()[0], axis=-1)
-                          == dataset.y_test) for j in range(cfg.num_workers)]
+    accuracies = [
+        np.mean(
+            np.argmax(network.logits(tf, params[j : j + 1], dataset.x_test[None]).numpy()[0], axis=-1) == dataset.y_test
+        )
+        for j in range(cfg.num_workers)
+    ]
     assert rows[-1]["local_test_accuracy"] == pytest.approx(np.mean(accuracies), abs=1e-12)
     assert len(set(np.round(accuracies, 6))) > 1  # the local models differ: the mean is not one model's

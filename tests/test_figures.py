@@ -24,8 +24,9 @@ VERDICTS = ("reproduced", "partly", "not")
 
 
 def _figures(*args: str, timeout: float = 400) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dybw.figures", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "dybw.figures", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
@@ -178,8 +179,9 @@ def test_two_step_composition_matches_hydra():
 
 def test_a_bad_spec_is_one_line_error(tmp_path):
     (tmp_path / "broken.yaml").write_text("title: t\nfigure: convergence\nsweeps:\n  - kind: train\n    bogus: 1\n")
-    proc = _figures("--experiments", str(tmp_path), "--results", str(tmp_path / "r"), "--out", str(tmp_path / "o"),
-                    timeout=120)
+    proc = _figures(
+        "--experiments", str(tmp_path), "--results", str(tmp_path / "r"), "--out", str(tmp_path / "o"), timeout=120
+    )
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
     assert "bogus" in proc.stderr

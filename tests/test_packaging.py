@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-import tomllib
 
+import tomllib
 import yaml
 
 from helpers import REPO
@@ -26,8 +26,20 @@ def test_environment_yml_lists_the_same_requirements_as_pyproject():
 
 
 def test_layout_of_the_design():
-    for path in ("run.py", "conf/config.yaml", "src/dybw", "experiments", "tests/mpi", "bench", "paper_figures",
-                 "environment.yml", "pyproject.toml", "Makefile", "README.md", ".ci/run"):
+    for path in (
+        "run.py",
+        "conf/config.yaml",
+        "src/dybw",
+        "experiments",
+        "tests/mpi",
+        "bench",
+        "paper_figures",
+        "environment.yml",
+        "pyproject.toml",
+        "Makefile",
+        "README.md",
+        ".ci/run",
+    ):
         assert (REPO / path).exists(), path
     for group in ("algo", "dataset", "model", "topology", "straggler", "runner", "logger", "experiment"):
         assert any((REPO / "conf" / group).glob("*.yaml")), group

@@ -65,8 +65,9 @@ def test_hand_worked_four_worker_example():
     """
     graph = square()
     compute = np.array([[1.0, 2.0, 1.0, 5.0]])
-    delays = link_delays(graph, {(0, 1): 1, (0, 3): 4, (1, 0): 1, (1, 2): 6, (2, 1): 3, (2, 3): 1,
-                                 (3, 0): 2, (3, 2): 1})
+    delays = link_delays(
+        graph, {(0, 1): 1, (0, 3): 4, (1, 0): 1, (1, 2): 6, (2, 1): 3, (2, 3): 1, (3, 0): 2, (3, 2): 1}
+    )
     links = graph.directed_links()
 
     def run(policy):
@@ -153,7 +154,9 @@ def test_gathered_weights_are_the_rows_of_w_over_each_workers_sources(rule):
     rng = np.random.default_rng(3)
     for _ in range(20):
         n = int(rng.integers(2, 12))
-        graph = build_graph(SimpleNamespace(name="erdos_renyi", p=float(rng.uniform(0.2, 1.0)), seed=int(rng.integers(1 << 30))), n)
+        graph = build_graph(
+            SimpleNamespace(name="erdos_renyi", p=float(rng.uniform(0.2, 1.0)), seed=int(rng.integers(1 << 30))), n
+        )
         sources = mixing_sources(graph.adjacency)
         assert sources.shape == (n, graph.degrees.max() + 1)
         for j, row in enumerate(sources):
@@ -164,7 +167,7 @@ def test_gathered_weights_are_the_rows_of_w_over_each_workers_sources(rule):
         gathered = gathered_weights(weights, sources)
         y = rng.normal(size=(n, 5))
         np.testing.assert_allclose(np.einsum("kjs,jsp->kjp", gathered, y[sources]), weights @ y, atol=1e-12)
-        hosted = np.arange(n)[n // 2:]
+        hosted = np.arange(n)[n // 2 :]
         np.testing.assert_array_equal(gathered_weights(weights, sources[hosted], hosted), gathered[:, hosted])
 
 

@@ -13,8 +13,7 @@ import pandas as pd
 
 from helpers import REPO, TINY, run_cli
 
-LONG = TINY + ["iterations=3000", "eval_every=50", "straggler=pareto", "algo=cb_dybw", "model=mlp",
-               "model.hidden=[16]"]
+LONG = TINY + ["iterations=3000", "eval_every=50", "straggler=pareto", "algo=cb_dybw", "model=mlp", "model.hidden=[16]"]
 
 
 def job_dir_of(root):
@@ -22,8 +21,13 @@ def job_dir_of(root):
 
 
 def start(root):
-    return subprocess.Popen([sys.executable, str(REPO / "run.py"), *LONG], cwd=root, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "run.py"), *LONG],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait_for_checkpoint(root, after_iteration: int, timeout: float = 240):
@@ -72,7 +76,10 @@ def test_sigint_and_sigterm_flush_and_mark_interrupted(tmp_path):
         process.send_signal(sig)
         _, stderr = process.communicate(timeout=120)
         assert process.returncode == 128 + sig.value  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
-        assert "Traceback" not in stderr and f"interrupted by {'SIGTERM' if sig == signal.SIGTERM else 'the user (SIGINT)'}" in stderr
+        assert (
+            "Traceback" not in stderr
+            and f"interrupted by {'SIGTERM' if sig == signal.SIGTERM else 'the user (SIGINT)'}" in stderr
+        )
         job_dir = job_dir_of(root)
         summary = json.loads((job_dir / "summary.json").read_text())
         assert summary["status"] == "interrupted" and sig.name in summary["message"]

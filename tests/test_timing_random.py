@@ -77,8 +77,13 @@ def random_graph(rng: np.random.Generator) -> tuple[int, np.ndarray, str]:
         for i in range(1, n):  # a random spanning tree keeps the graph connected
             a, b = order[i], order[rng.integers(0, i)]
             adjacency[a, b] = adjacency[b, a] = True
-        extra = {"tree": 0.0, "sparse": 0.1, "medium": rng.uniform(0.2, 0.6), "dense": rng.uniform(0.7, 0.95),
-                 "complete": 1.0}[str(kind)]
+        extra = {
+            "tree": 0.0,
+            "sparse": 0.1,
+            "medium": rng.uniform(0.2, 0.6),
+            "dense": rng.uniform(0.7, 0.95),
+            "complete": 1.0,
+        }[str(kind)]
         upper = np.triu(rng.random((n, n)) < extra, k=1)
         adjacency |= upper | upper.T
     np.fill_diagonal(adjacency, False)
@@ -300,7 +305,7 @@ def simulate_free(n, links, compute, delays, q, atc: bool):
 def advance_in_chunks(protocol: Protocol, compute, delays, chunks):
     parts, first = [], 0
     for size in chunks:
-        parts.append(protocol.advance(compute[first:first + size], delays[first:first + size]))
+        parts.append(protocol.advance(compute[first : first + size], delays[first : first + size]))
         first += size
     assert [p.first for p in parts] == np.cumsum([0] + chunks[:-1]).tolist()
     names = ("start", "ready", "stop", "finish", "used", "end")
@@ -409,8 +414,10 @@ def test_timing_core_equals_brute_force_event_simulation(sync, update):
         stats["n", n] += 1
         degrees = adjacency.sum(axis=1)
         for kind, parameter in policy_variants(rng, degrees):
-            case_id = (f"{sync}/{update} scenario {scenario} n={n} {graph_kind} degrees={degrees.tolist()} "
-                       f"C~{compute_family} D~{link_family} {kind}({parameter}) T={iterations}")
+            case_id = (
+                f"{sync}/{update} scenario {scenario} n={n} {graph_kind} degrees={degrees.tolist()} "
+                f"C~{compute_family} D~{link_family} {kind}({parameter}) T={iterations}"
+            )
             check_case(case_id, rng, n, adjacency, links, compute, delays, kind, parameter, sync, update, stats)
 
     # the random cases covered what they are meant to cover
@@ -459,6 +466,7 @@ def test_an_infinite_delay_never_makes_a_non_neighbour_used(kind, parameter, syn
     adjacency[links[:, 1], links[:, 0]] = True
     degrees = adjacency.sum(axis=1)
     chunk = Protocol(3, links, make(kind, parameter, degrees), sync, "atc").advance(
-        np.zeros((1, 3)), np.array([[1.0, np.inf, 1.0, 1.0]]))  # 1 -> 0 never arrives
+        np.zeros((1, 3)), np.array([[1.0, np.inf, 1.0, 1.0]])
+    )  # 1 -> 0 never arrives
     assert not (chunk.used & ~adjacency[None]).any(), chunk.used[0].astype(int).tolist()
     assert (chunk.used_count <= degrees[None]).all(), chunk.used_count.tolist()

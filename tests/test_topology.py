@@ -172,7 +172,8 @@ def test_error_messages():
     with pytest.raises(ConfigError) as info:
         build_graph(cfg("star"), 4)
     assert str(info.value) == (
-        "topology='star' is invalid: choose one of: complete, custom, erdos_renyi, exponential, random_regular, ring, torus"
+        "topology='star' is invalid: choose one of: complete, custom, erdos_renyi, exponential, "
+        "random_regular, ring, torus"
     )
     with pytest.raises(ConfigError) as info:
         build_graph(cfg("erdos_renyi", p=2, seed=0), 4)
@@ -208,7 +209,12 @@ def test_dict_config_and_validate_alias():
 
 
 def test_metropolis_doubly_stochastic_symmetric():
-    for c, n in [(cfg("ring"), 7), (cfg("torus"), 12), (cfg("erdos_renyi", p=0.3, seed=2), 16), (cfg("exponential"), 10)]:
+    for c, n in [
+        (cfg("ring"), 7),
+        (cfg("torus"), 12),
+        (cfg("erdos_renyi", p=0.3, seed=2), 16),
+        (cfg("exponential"), 10),
+    ]:
         g = build_graph(c, n)
         w = g.metropolis_weights()
         assert np.allclose(w, w.T)

@@ -21,8 +21,16 @@ from dybw.config import LoggerConfig
 from dybw.errors import ConfigError
 from dybw.results import METRICS_COLUMNS
 
-EVALUATION_KEYS = {"iteration", "time", "train_loss", "test_loss", "test_accuracy", "local_test_accuracy",
-                   "consensus_distance", "lr"}
+EVALUATION_KEYS = {
+    "iteration",
+    "time",
+    "train_loss",
+    "test_loss",
+    "test_accuracy",
+    "local_test_accuracy",
+    "consensus_distance",
+    "lr",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -58,8 +66,9 @@ def multirun(tmp_path_factory):
             if name.startswith("WANDB_"):
                 patch.delenv(name)
         patch.setenv("HOME", str(cwd))
-        done = helpers.run_cli(["-m", "algo=cb_dybw,cb_full", *helpers.TINY, "logger=wandb", "logger.mode=offline"],
-                               cwd=cwd)
+        done = helpers.run_cli(
+            ["-m", "algo=cb_dybw,cb_full", *helpers.TINY, "logger=wandb", "logger.mode=offline"], cwd=cwd
+        )
     assert done.returncode == 0, done.stderr[-3000:]
     return cwd, done
 
@@ -95,7 +104,7 @@ def test_offline_multirun_leaves_one_wandb_run_per_job(multirun):
         evaluations = [row for row in run.history if "test_accuracy" in row]
         assert [row["iteration"] for row in evaluations] == [0, 3, 6]
         for row in evaluations:
-            assert EVALUATION_KEYS <= set(row)
+            assert set(row) >= EVALUATION_KEYS
         assert evaluations[-1]["test_accuracy"] == pytest.approx(summary["final_test_accuracy"])
         # per iteration: T(k) = E(k) - E(k-1) and the backup counts
         iterations = [row for row in run.history if "iteration_duration" in row]
@@ -223,12 +232,17 @@ def test_wandb_init_failure_is_one_warning(tmp_path, monkeypatch, caplog):
 
 def _png(path: Path) -> Path:
     """A 2x2 grey PNG, written by hand."""
+
     def chunk(kind, data):
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
     raw = b"".join(b"\x00" + b"\x80\x80" for _ in range(2))
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 2, 8, 0, 0, 0, 0))
-                     + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 2, 8, 0, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )
     return path
 
 
@@ -279,8 +293,12 @@ def test_report_layout_becomes_a_wandb_report():
         (runset,) = grid.runsets
         assert runset.project == "dybw" and runset.name == "paper_mnist"
     lines = [p for g in grids for p in g.panels if isinstance(p, wr.LinePlot)]
-    assert {(p.x, tuple(p.y)) for p in lines} >= {("iteration", ("test_accuracy",)), ("time", ("test_accuracy",)),
-                                                  ("time", ("train_loss",)), ("iteration", ("iteration_duration",))}
+    assert {(p.x, tuple(p.y)) for p in lines} >= {
+        ("iteration", ("test_accuracy",)),
+        ("time", ("test_accuracy",)),
+        ("time", ("train_loss",)),
+        ("iteration", ("iteration_duration",)),
+    }
 
 
 def test_run_names_are_readable(tmp_path):
@@ -291,7 +309,8 @@ def test_run_names_are_readable(tmp_path):
     cut = tmp_path / "algo.b=2,eval_every=4,iterations=1~0123456789ab"  # a name results.job_dirname shortened
     assert tracking.run_name(cfg, cut) == "cb_static-mnist-N8-s3 algo.b=2,eval_every=4"
     (job / ".hydra").mkdir(parents=True)  # Hydra's record of the overrides wins over the directory name
-    (job / ".hydra" / "overrides.yaml").write_text("- algo=cb_static\n- topology=ring\n- logger=wandb\n"
-                                                   "- progress=false\n- topology=torus\n")
+    (job / ".hydra" / "overrides.yaml").write_text(
+        "- algo=cb_static\n- topology=ring\n- logger=wandb\n- progress=false\n- topology=torus\n"
+    )
     assert tracking.run_name(cfg, job) == "cb_static-mnist-N8-s3 topology=torus"
     assert len(tracking.run_name(cfg, tmp_path / ("x=" + "y" * 300))) == 128

@@ -60,8 +60,11 @@ def expand_sweep(overrides: list[str], conf_dir: Path | None = None) -> list[lis
         key = override.get_key_element()
         if override.is_sweep_override():
             if not override.is_discrete_sweep():
-                raise ConfigError(key, override.input_line.split("=", 1)[-1],
-                                  "a multirun sweeps a list: a,b,c | choice(a,b) | range(start,stop[,step]) | glob(*)")
+                raise ConfigError(
+                    key,
+                    override.input_line.split("=", 1)[-1],
+                    "a multirun sweeps a list: a,b,c | choice(a,b) | range(start,stop[,step]) | glob(*)",
+                )
             choices[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
         else:
             choices[key] = [override.input_line]
@@ -109,8 +112,10 @@ def _unknown_key(conf_dir: Path, overrides: list[str], error: Exception) -> str 
         present = f" (it sets: {', '.join(node)})"
     except Exception:  # noqa: BLE001 - the explanation is best effort; the error stands anyway
         present = ""
-    return (f"{key}={value} is invalid: the chosen {section}{chosen} does not use '{leaf}'{present}; "
-            f"to add it anyway write +{key}={value}")
+    return (
+        f"{key}={value} is invalid: the chosen {section}{chosen} does not use '{leaf}'{present}; "
+        f"to add it anyway write +{key}={value}"
+    )
 
 
 def _bad_syntax(overrides: list[str]) -> str | None:
@@ -199,8 +204,13 @@ def run_hydra_job(cfg) -> dict | None:
         run_cfg = load(plain)
         graph = validate(run_cfg)
         summary = run_job(run_cfg, graph, job_dir, plain, config_hash(plain))
-        log.info("%s: %s, test accuracy %.4f, mean iteration %.4f s", job_dir.name, summary["status"],
-                 summary["final_test_accuracy"] or float("nan"), summary["mean_iteration_duration"] or float("nan"))
+        log.info(
+            "%s: %s, test accuracy %.4f, mean iteration %.4f s",
+            job_dir.name,
+            summary["status"],
+            summary["final_test_accuracy"] or float("nan"),
+            summary["mean_iteration_duration"] or float("nan"),
+        )
         return summary
     except DybwError as error:
         FAILED_JOBS.append(str(job_dir))

@@ -110,9 +110,9 @@ class LoggerConfig:
     name: str = "none"  # none | wandb (docs/tracking.md)
     mode: str = "auto"  # auto: online with credentials, else offline | online | offline | disabled
     project: str = "dybw"
-    entity: typing.Optional[str] = None
+    entity: str | None = None
     tags: list[str] = field(default_factory=list)
-    dir: typing.Optional[str] = None  # where wandb/ goes (null: the job directory)
+    dir: str | None = None  # where wandb/ goes (null: the job directory)
 
 
 @dataclass
@@ -124,8 +124,8 @@ class RunConfig:
     data_seed: int = 0
     model_seed: int = 0
     target_accuracy: float = 0.95
-    target_loss: typing.Optional[float] = None
-    data_dir: typing.Optional[str] = None
+    target_loss: float | None = None
+    data_dir: str | None = None
     experiment_name: str = "adhoc"
     force: bool = False
     resume: bool = False
@@ -181,7 +181,9 @@ def build(cls, data, where: str = ""):
     """``cls(**data)`` with every field type-checked; unknown keys are errors naming the valid ones."""
     prefix = f"{where}." if where else ""
     if not isinstance(data, dict):
-        raise ConfigError(where or "config", data, f"must be a mapping with keys {', '.join(f.name for f in dataclasses.fields(cls))}")
+        raise ConfigError(
+            where or "config", data, f"must be a mapping with keys {', '.join(f.name for f in dataclasses.fields(cls))}"
+        )
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(data) - set(names))
@@ -237,8 +239,11 @@ def _validate_stragglers(cfg: RunConfig, graph) -> None:
     for where, spec in (("straggler.compute", cfg.straggler.compute), ("straggler.link", cfg.straggler.link)):
         for i, worker in enumerate(spec.persistent_ids):
             if isinstance(worker, bool) or not isinstance(worker, int) or not 0 <= worker < cfg.num_workers:
-                raise ConfigError(f"{where}.persistent_ids[{i}]", worker,
-                                  f"must be a worker id in 0..{cfg.num_workers - 1} ({cfg.num_workers} workers)")
+                raise ConfigError(
+                    f"{where}.persistent_ids[{i}]",
+                    worker,
+                    f"must be a worker id in 0..{cfg.num_workers - 1} ({cfg.num_workers} workers)",
+                )
     # Reading the traces and keying the streams is cheap; it raises the errors a run would hit later.
     DelaySampler(cfg.straggler.compute, cfg.straggler.link, graph.directed_links(), cfg.num_workers, cfg.seed)
 
@@ -260,9 +265,12 @@ def validate(cfg: RunConfig):
     # results/<experiment_name>/ must stay inside results/: nested names (a/b) are fine, escapes are not.
     parts = cfg.experiment_name.split("/")
     if not cfg.experiment_name.strip() or any(part in ("", ".", "..") or "\0" in part for part in parts):
-        raise ConfigError("experiment_name", cfg.experiment_name,
-                          "must be a non-empty relative name (a or a/b) without '.' or '..' parts "
-                          "(results go to results/<experiment_name>/)")
+        raise ConfigError(
+            "experiment_name",
+            cfg.experiment_name,
+            "must be a non-empty relative name (a or a/b) without '.' or '..' parts "
+            "(results go to results/<experiment_name>/)",
+        )
 
     algo = cfg.algo
     _choice("algo.name", algo.name, ALGORITHMS)
@@ -290,21 +298,30 @@ def validate(cfg: RunConfig):
     input_dim = input_dim_of(data)
     _in_range("dataset.pca_dim", data.pca_dim, 0, input_dim)
     if data.whiten and data.pca_dim == 0:
-        raise ConfigError("dataset.whiten", data.whiten,
-                          "whitening scales PCA components; set dataset.pca_dim > 0 or dataset.whiten=false")
+        raise ConfigError(
+            "dataset.whiten",
+            data.whiten,
+            "whitening scales PCA components; set dataset.pca_dim > 0 or dataset.whiten=false",
+        )
     smallest = shard_size_bound(data, cfg.num_workers)
     if smallest is not None and data.batch_size > smallest:
-        raise ConfigError("dataset.batch_size", data.batch_size,
-                          f"must be at most the smallest worker shard ({smallest} samples with "
-                          f"{cfg.num_workers} workers, split={data.split})")
+        raise ConfigError(
+            "dataset.batch_size",
+            data.batch_size,
+            f"must be at most the smallest worker shard ({smallest} samples with "
+            f"{cfg.num_workers} workers, split={data.split})",
+        )
     if smallest is None:  # dirichlet: shard sizes are random, but the smallest is at most n // N
         from .data import train_size_of
 
         best = train_size_of(data) // cfg.num_workers
         if data.batch_size > best:
-            raise ConfigError("dataset.batch_size", data.batch_size,
-                              f"must be at most the smallest worker shard (at most {best} samples with "
-                              f"{cfg.num_workers} workers, split={data.split})")
+            raise ConfigError(
+                "dataset.batch_size",
+                data.batch_size,
+                f"must be at most the smallest worker shard (at most {best} samples with "
+                f"{cfg.num_workers} workers, split={data.split})",
+            )
 
     _choice("model.name", cfg.model.name, ("logreg", "mlp"))
     for i, width in enumerate(cfg.model.hidden):
@@ -327,11 +344,16 @@ def validate(cfg: RunConfig):
     low, high = int(graph.degrees.min()), int(graph.degrees.max())
     # A value some workers cannot honour is clamped for them (with a warning); one that no worker can is an error.
     if algo.name == "cb_static" and algo.b > high - 1:
-        raise ConfigError("algo.b", algo.b, f"allowed range 0..{high - 1} on this graph (degrees {low}..{high}): "
-                                            "worker j waits for d_j - b >= 1 neighbours")
+        raise ConfigError(
+            "algo.b",
+            algo.b,
+            f"allowed range 0..{high - 1} on this graph (degrees {low}..{high}): "
+            "worker j waits for d_j - b >= 1 neighbours",
+        )
     if algo.name == "cb_dybw" and algo.min_neighbors > high:
-        raise ConfigError("algo.min_neighbors", algo.min_neighbors,
-                          f"allowed range 1..{high} on this graph (degrees {low}..{high})")
+        raise ConfigError(
+            "algo.min_neighbors", algo.min_neighbors, f"allowed range 1..{high} on this graph (degrees {low}..{high})"
+        )
     make_policy(algo, graph.degrees)  # the policy's own check of b / m
     _validate_stragglers(cfg, graph)
     return graph
@@ -361,8 +383,11 @@ def schema_keys(key: str) -> tuple[str, list[str], bool]:
 def _validate_runner(cfg: RunConfig) -> None:
     runner = cfg.runner
     if cfg.resume and runner.clock == "wall":
-        raise ConfigError("resume", cfg.resume, "wall-clock runs are measurements and are not checkpointed: "
-                                                "resume needs runner.clock=virtual")
+        raise ConfigError(
+            "resume",
+            cfg.resume,
+            "wall-clock runs are measurements and are not checkpointed: resume needs runner.clock=virtual",
+        )
     _choice("runner.clock", runner.clock, CLOCKS)
     _choice("runner.fault", runner.fault, FAULTS)
     _at_least("runner.ranks", runner.ranks, 0)
@@ -375,8 +400,9 @@ def _validate_runner(cfg: RunConfig) -> None:
         if not 0 <= runner.fault_rank <= highest:
             raise ConfigError("runner.fault_rank", runner.fault_rank, f"allowed range 0..{highest} (a rank of the job)")
     if runner.clock == "wall" and runner.ranks not in (0, cfg.num_workers):
-        raise ConfigError("runner.ranks", runner.ranks,
-                          f"the wall clock runs one worker per rank: use 0 or {cfg.num_workers}")
+        raise ConfigError(
+            "runner.ranks", runner.ranks, f"the wall clock runs one worker per rank: use 0 or {cfg.num_workers}"
+        )
     if runner.clock == "wall" and runner.name != "mpi":
         raise ConfigError("runner.clock", runner.clock, "the wall clock needs runner=mpi")
     for name in ("timeout_s", "startup_timeout_s"):
@@ -389,9 +415,11 @@ def _validate_runner(cfg: RunConfig) -> None:
         from .mpi.launch import find_launcher
 
         if world_size_from_environment() == 1 and find_launcher(str(runner.launcher[0])) is None:
-            raise ConfigError("runner.launcher", runner.launcher,
-                              f"{runner.launcher[0]!r} is not on PATH: pip install mpich provides mpiexec "
-                              f"(or run with runner=local)")
+            raise ConfigError(
+                "runner.launcher",
+                runner.launcher,
+                f"{runner.launcher[0]!r} is not on PATH: pip install mpich provides mpiexec (or run with runner=local)",
+            )
 
 
 def load(plain: dict) -> RunConfig:
@@ -399,6 +427,9 @@ def load(plain: dict) -> RunConfig:
     plain = {k: v for k, v in plain.items() if k != "hydra"}
     for group in GROUPS:
         if group not in plain:  # e.g. `~algo`: silently falling back to the dataclass defaults would mislead
-            raise ConfigError(group, None, f"the config group is required: choose an option with {group}=<name> "
-                                           f"(the yaml files in conf/{group}/)")
+            raise ConfigError(
+                group,
+                None,
+                f"the config group is required: choose an option with {group}=<name> (the yaml files in conf/{group}/)",
+            )
     return build(RunConfig, plain)

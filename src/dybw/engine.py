@@ -12,7 +12,6 @@ the numeric steps (:class:`BatchedTrainer`).
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 
@@ -52,8 +51,9 @@ class Schedule:
         links = graph.directed_links()
         self.degrees = graph.degrees
         self.delays = DelaySampler(cfg.straggler.compute, cfg.straggler.link, links, cfg.num_workers, cfg.seed)
-        self.protocol = Protocol(cfg.num_workers, links, make_policy(cfg.algo, graph.degrees),
-                                 cfg.protocol.sync, cfg.algo.update)
+        self.protocol = Protocol(
+            cfg.num_workers, links, make_policy(cfg.algo, graph.degrees), cfg.protocol.sync, cfg.algo.update
+        )
         # Only the batches of the workers this process hosts (all of them for the local backend).
         self.batches = BatchSampler(shards, cfg.dataset.batch_size, cfg.seed, workers)
         self.next_iteration = 0
@@ -74,8 +74,16 @@ class Schedule:
 class BatchedTrainer:
     """TF side: the stacked parameters ``X`` ``[N, P]`` and the compiled step and evaluation."""
 
-    def __init__(self, network: StackedNetwork, dataset, update: str, weight_decay: float, initial: np.ndarray,
-                 num_workers: int, sources: np.ndarray):
+    def __init__(
+        self,
+        network: StackedNetwork,
+        dataset,
+        update: str,
+        weight_decay: float,
+        initial: np.ndarray,
+        num_workers: int,
+        sources: np.ndarray,
+    ):
         tf = self.tf = import_tensorflow()
         self.network = network
         self.weight_decay = float(weight_decay)
@@ -107,10 +115,14 @@ class BatchedTrainer:
         self.train_chunks = len(padded(dataset.y_train)) // size
         self.num_chunks = len(samples) // size
         self.chunk_samples = self.tf.Variable(samples, trainable=False)
-        self.chunk_labels = self.tf.Variable(np.concatenate([padded(dataset.y_train.astype(np.int32)),
-                                                             padded(dataset.y_test.astype(np.int32))]), trainable=False)
-        self.chunk_mask = self.tf.Variable(np.concatenate([padded(np.ones(self.num_train, np.float32)),
-                                                           padded(np.ones(self.num_test, np.float32))]), trainable=False)
+        self.chunk_labels = self.tf.Variable(
+            np.concatenate([padded(dataset.y_train.astype(np.int32)), padded(dataset.y_test.astype(np.int32))]),
+            trainable=False,
+        )
+        self.chunk_mask = self.tf.Variable(
+            np.concatenate([padded(np.ones(self.num_train, np.float32)), padded(np.ones(self.num_test, np.float32))]),
+            trainable=False,
+        )
 
     def _local_loss(self, params, indices):
         """``f_j(x_j; batch_j)`` of one worker: mean cross-entropy (+ weight decay) for ``[P]``, ``[B]``."""
@@ -165,7 +177,7 @@ class BatchedTrainer:
 
         mixed = weights[:, :1] * source(0)
         for slot in range(1, self.sources.shape[1]):
-            mixed = mixed + weights[:, slot:slot + 1] * source(slot)
+            mixed = mixed + weights[:, slot : slot + 1] * source(slot)
         return mixed
 
     def _adapt_then_combine(self, params, indices, lr, weights):
@@ -237,10 +249,12 @@ class BatchedTrainer:
     def metrics_from_chunks(self, sums: np.ndarray) -> dict:
         """Losses and accuracy of the average model from every chunk's sums ``[num_chunks, 2]``, added in
         chunk order (float64): the same numbers for any split of the chunks between processes."""
-        train, test = sums[:self.train_chunks], sums[self.train_chunks:]
-        return {"train_loss": float(train[:, 0].sum() / self.num_train),
-                "test_loss": float(test[:, 0].sum() / self.num_test),
-                "test_accuracy": float(test[:, 1].sum() / self.num_test)}
+        train, test = sums[: self.train_chunks], sums[self.train_chunks :]
+        return {
+            "train_loss": float(train[:, 0].sum() / self.num_train),
+            "test_loss": float(test[:, 0].sum() / self.num_test),
+            "test_accuracy": float(test[:, 1].sum() / self.num_test),
+        }
 
     def _correct_counts(self, params):
         """Test samples each row's own model classifies right, ``[M]`` int32 -- exact counts, one worker at a
@@ -264,7 +278,9 @@ class Timeline:
 
     def __init__(self, iterations: int, num_workers: int, degrees: np.ndarray):
         self.degrees = degrees
-        self.columns = {name: np.full((iterations, num_workers), np.nan) for name in ("start", "ready", "stop", "finish")}
+        self.columns = {
+            name: np.full((iterations, num_workers), np.nan) for name in ("start", "ready", "stop", "finish")
+        }
         self.columns["used"] = np.zeros((iterations, num_workers), dtype=np.int32)
         self.columns["backups"] = np.zeros((iterations, num_workers), dtype=np.int32)
         self.end = np.full(iterations, np.nan)
@@ -282,14 +298,14 @@ class Timeline:
         self.done = timing.first + count
 
     def truncated(self) -> dict:
-        return {name: values[:self.done] for name, values in self.columns.items()}
+        return {name: values[: self.done] for name, values in self.columns.items()}
 
     def mean_duration(self) -> float:
         """``E(K-1) / K`` over the iterations done so far."""
         return float(self.end[self.done - 1] / self.done) if self.done else float("nan")
 
     def mean_backups(self) -> float:
-        return float(self.columns["backups"][:self.done].mean()) if self.done else float("nan")
+        return float(self.columns["backups"][: self.done].mean()) if self.done else float("nan")
 
 
 @dataclass
@@ -314,9 +330,15 @@ class LocalEngine:
         self.schedule = Schedule(cfg, graph, dataset.shards, self.workers)
         self.sources = mixing_sources(graph.adjacency)[self.workers]  # [M, S] global worker ids
         use_threads(cfg.runner.threads)
-        self.trainer = BatchedTrainer(network, dataset, cfg.algo.update, cfg.model.weight_decay,
-                                      network.initial_params(cfg.model_seed), len(self.workers),
-                                      self._source_positions())
+        self.trainer = BatchedTrainer(
+            network,
+            dataset,
+            cfg.algo.update,
+            cfg.model.weight_decay,
+            network.initial_params(cfg.model_seed),
+            len(self.workers),
+            self._source_positions(),
+        )
         self.timeline = Timeline(cfg.iterations, cfg.num_workers, graph.degrees)
 
     # -- the parts a distributed backend replaces -------------------------------------------------
@@ -372,8 +394,11 @@ class LocalEngine:
         if params is None:
             return None
         row = self.trainer.metrics_from_chunks(sums)
-        row.update(consensus_distance=consensus, finite=finite,
-                   local_test_accuracy=int(correct.sum()) / (len(correct) * self.trainer.num_test))
+        row.update(
+            consensus_distance=consensus,
+            finite=finite,
+            local_test_accuracy=int(correct.sum()) / (len(correct) * self.trainer.num_test),
+        )
         if not finite:
             rows = np.asarray(params)
             row["first_non_finite_worker"] = int(np.flatnonzero(~np.isfinite(rows).all(axis=1))[0])
@@ -385,10 +410,18 @@ class LocalEngine:
         if row is None:
             return None
         if not row.pop("finite"):
-            raise Diverged(f"diverged at iteration {iteration - 1}: worker {row['first_non_finite_worker']}'s "
-                           f"parameters are not finite (lower algo.eta0={self.cfg.algo.eta0})")
-        row.update(iteration=iteration, time=time_now, lr=lr, wall_seconds=time.perf_counter() - started,
-                   mean_iteration_duration=self.timeline.mean_duration(), mean_backups=self.timeline.mean_backups())
+            raise Diverged(
+                f"diverged at iteration {iteration - 1}: worker {row['first_non_finite_worker']}'s "
+                f"parameters are not finite (lower algo.eta0={self.cfg.algo.eta0})"
+            )
+        row.update(
+            iteration=iteration,
+            time=time_now,
+            lr=lr,
+            wall_seconds=time.perf_counter() - started,
+            mean_iteration_duration=self.timeline.mean_duration(),
+            mean_backups=self.timeline.mean_backups(),
+        )
         return row
 
     def checkpoint(self, chunk: ScheduleChunk, t: int) -> dict:
@@ -400,7 +433,9 @@ class LocalEngine:
         """
         done = chunk.timing.first + t + 1
         state = {f"timeline_{name}": values[:done] for name, values in self.timeline.columns.items()}
-        state.update({f"clock_{key}": value for key, value in self.schedule.protocol.state_after(chunk.timing, t).items()})
+        state.update(
+            {f"clock_{key}": value for key, value in self.schedule.protocol.state_after(chunk.timing, t).items()}
+        )
         state.update(iteration=done, params=np.asarray(self.evaluated_params), timeline_end=self.timeline.end[:done])
         return state
 
@@ -449,8 +484,10 @@ class LocalEngine:
                 bad = self._first_non_finite(losses)
                 if bad is not None:
                     self.timeline.record(chunk.timing, t + 1)
-                    raise Diverged(f"diverged at iteration {k}: worker {bad}'s loss is not finite "
-                                   f"(lower algo.eta0={cfg.algo.eta0})")
+                    raise Diverged(
+                        f"diverged at iteration {k}: worker {bad}'s loss is not finite "
+                        f"(lower algo.eta0={cfg.algo.eta0})"
+                    )
                 k += 1
                 if k % cfg.eval_every == 0 or k == cfg.iterations:
                     self.timeline.record(chunk.timing, t + 1)

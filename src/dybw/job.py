@@ -98,8 +98,12 @@ def failed_summary(cfg, job_dir: Path, status: str, message: str, digest: str, w
     summary = _summary(cfg, status, message, rows, None, wall, digest)
     if rows:
         last = rows[-1]
-        summary.update(iterations=int(last["iteration"]), total_time=last["time"],
-                       mean_iteration_duration=last["mean_iteration_duration"], mean_backups=last["mean_backups"])
+        summary.update(
+            iterations=int(last["iteration"]),
+            total_time=last["time"],
+            mean_iteration_duration=last["mean_iteration_duration"],
+            mean_backups=last["mean_backups"],
+        )
     ResultsWriter(job_dir).write_summary(summary)
     return summary
 
@@ -116,8 +120,13 @@ def _timeline_from_checkpoint(job_dir: Path, digest: str) -> None:
         return
     state = read_checkpoint(job_dir, digest)
     if state is not None:
-        ResultsWriter(job_dir).write_timeline({key[len("timeline_"):]: value for key, value in state.items()
-                                               if key.startswith("timeline_") and key != "timeline_end"})
+        ResultsWriter(job_dir).write_timeline(
+            {
+                key[len("timeline_") :]: value
+                for key, value in state.items()
+                if key.startswith("timeline_") and key != "timeline_end"
+            }
+        )
 
 
 class _Progress:
@@ -128,8 +137,14 @@ class _Progress:
         if enabled:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=cfg.iterations, desc=f"{cfg.algo.name} {cfg.dataset.name}", unit="it",
-                            mininterval=0.5, dynamic_ncols=True, leave=True)
+            self.bar = tqdm(
+                total=cfg.iterations,
+                desc=f"{cfg.algo.name} {cfg.dataset.name}",
+                unit="it",
+                mininterval=0.5,
+                dynamic_ncols=True,
+                leave=True,
+            )
         self.accuracy = float("nan")
         self.last = 0
 
@@ -164,8 +179,9 @@ class _NoWriter:
         return lambda *args, **kwargs: None
 
 
-def run_job(cfg, graph, job_dir: Path, resolved: dict, digest: str, make_engine=LocalEngine,
-            writes: bool = True) -> dict:
+def run_job(
+    cfg, graph, job_dir: Path, resolved: dict, digest: str, make_engine=LocalEngine, writes: bool = True
+) -> dict:
     """Train one job into ``job_dir`` unless it already completed with the same config; return its summary.
 
     ``make_engine(cfg, graph, dataset, network)`` builds the backend; ``writes=False`` on MPI ranks other
@@ -204,8 +220,9 @@ def run_job(cfg, graph, job_dir: Path, resolved: dict, digest: str, make_engine=
             progress.evaluation(row)
             if tracker is not None:
                 done = engine.timeline.done
-                tracker.log_iterations(logged, engine.timeline.end[logged:done],
-                                       engine.timeline.columns["backups"][logged:done])
+                tracker.log_iterations(
+                    logged, engine.timeline.end[logged:done], engine.timeline.columns["backups"][logged:done]
+                )
                 logged = done
                 tracker.log_evaluation(row)
 

@@ -51,7 +51,7 @@ def mixing_sources(adjacency: np.ndarray) -> np.ndarray:
     sources = np.repeat(np.arange(len(adjacency))[:, None], width, axis=1)
     for j, row in enumerate(members):
         present = np.flatnonzero(row)
-        sources[j, :len(present)] = present
+        sources[j, : len(present)] = present
     return sources.astype(np.int64)
 
 

@@ -44,7 +44,7 @@ class StackedNetwork:
         h = x
         for layer, (w_off, b_off, fan_in, fan_out) in enumerate(self.layers):
             weights = tf.reshape(params[:, w_off:b_off], [-1, fan_in, fan_out])
-            bias = params[:, b_off:b_off + fan_out][:, None, :]
+            bias = params[:, b_off : b_off + fan_out][:, None, :]
             h = tf.matmul(h, weights) + bias
             if layer < len(self.layers) - 1:
                 h = tf.nn.relu(h)

@@ -37,8 +37,9 @@ def clamp_waits(wanted: np.ndarray, degrees: np.ndarray, field: str, value) -> n
         raise ConfigError(field, value, f"no worker can honour it (degrees {int(degrees.min())}..{int(degrees.max())})")
     if np.any(clamped != wanted):
         changed = np.flatnonzero(clamped != wanted)
-        warnings.warn(f"{field}={value}: clamped for workers {changed.tolist()} to 1 <= waited neighbours <= degree",
-                      stacklevel=3)
+        warnings.warn(
+            f"{field}={value}: clamped for workers {changed.tolist()} to 1 <= waited neighbours <= degree", stacklevel=3
+        )
     return clamped
 
 
@@ -95,8 +96,9 @@ class CbDyBW(Policy):
     def __init__(self, degrees, min_neighbors: int):
         super().__init__(degrees)
         self.min_neighbors = min_neighbors
-        self.waits = clamp_waits(np.full_like(self.degrees, min_neighbors), self.degrees,
-                                 "algo.min_neighbors", min_neighbors)
+        self.waits = clamp_waits(
+            np.full_like(self.degrees, min_neighbors), self.degrees, "algo.min_neighbors", min_neighbors
+        )
 
     def eligible(self, ready, arrivals):
         """``r_j = max(ready_j, a_j^(m_j))``."""

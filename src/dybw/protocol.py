@@ -58,8 +58,9 @@ class TimingChunk:
 class Protocol:
     """Advances the virtual clock chunk by chunk for one graph, policy, sync mode and update order."""
 
-    def __init__(self, num_workers: int, links: np.ndarray, policy: Policy, sync: str = "lockstep",
-                 update: str = "atc"):
+    def __init__(
+        self, num_workers: int, links: np.ndarray, policy: Policy, sync: str = "lockstep", update: str = "atc"
+    ):
         self.num_workers = num_workers
         self.src, self.dst = np.asarray(links, dtype=np.int64).reshape(-1, 2).T
         self.policy = policy

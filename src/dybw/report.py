@@ -48,29 +48,47 @@ class Section:
 def report_sections() -> tuple[Section, ...]:
     """What the report shows, in order (metric names are those :mod:`dybw.tracking` logs)."""
     return (
-        Section("Convergence vs iterations", "Average model after every evaluation, against the iteration k.", (
-            Panel("Test accuracy vs iteration", ("test_accuracy",), "iteration"),
-            Panel("Train loss vs iteration", ("train_loss",), "iteration", log_y=True),
-        )),
-        Section("Convergence vs time", "The same against the (virtual) time E(k) at which iteration k ended: "
-                "what backup workers buy.", (
-            Panel("Test accuracy vs time", ("test_accuracy",), "time"),
-            Panel("Train loss vs time", ("train_loss",), "time", log_y=True),
-        )),
-        Section("Iteration durations", "T(k) = E(k) - E(k-1) per iteration, and its running mean.", (
-            Panel("Iteration duration T(k)", ("iteration_duration",), "iteration"),
-            Panel("Mean iteration duration", ("mean_iteration_duration",), "iteration"),
-        )),
-        Section("Backup workers", "Per iteration, the number of neighbours a worker did not wait for "
-                "(mean, min and max over the workers).", (
-            Panel("Backup count per iteration", ("backups_mean", "backups_min", "backups_max"), "iteration"),
-            Panel("Mean backup count", ("mean_backups",), "iteration"),
-        )),
-        Section("Summary", "One bar per run, from summary.json.", (
-            Panel("Final test accuracy", ("final_test_accuracy",), kind="bar"),
-            Panel("Time to target accuracy", ("time_to_target",), kind="bar"),
-            Panel("Mean iteration duration", ("mean_iteration_duration",), kind="bar"),
-        )),
+        Section(
+            "Convergence vs iterations",
+            "Average model after every evaluation, against the iteration k.",
+            (
+                Panel("Test accuracy vs iteration", ("test_accuracy",), "iteration"),
+                Panel("Train loss vs iteration", ("train_loss",), "iteration", log_y=True),
+            ),
+        ),
+        Section(
+            "Convergence vs time",
+            "The same against the (virtual) time E(k) at which iteration k ended: what backup workers buy.",
+            (
+                Panel("Test accuracy vs time", ("test_accuracy",), "time"),
+                Panel("Train loss vs time", ("train_loss",), "time", log_y=True),
+            ),
+        ),
+        Section(
+            "Iteration durations",
+            "T(k) = E(k) - E(k-1) per iteration, and its running mean.",
+            (
+                Panel("Iteration duration T(k)", ("iteration_duration",), "iteration"),
+                Panel("Mean iteration duration", ("mean_iteration_duration",), "iteration"),
+            ),
+        ),
+        Section(
+            "Backup workers",
+            "Per iteration, the number of neighbours a worker did not wait for (mean, min and max over the workers).",
+            (
+                Panel("Backup count per iteration", ("backups_mean", "backups_min", "backups_max"), "iteration"),
+                Panel("Mean backup count", ("mean_backups",), "iteration"),
+            ),
+        ),
+        Section(
+            "Summary",
+            "One bar per run, from summary.json.",
+            (
+                Panel("Final test accuracy", ("final_test_accuracy",), kind="bar"),
+                Panel("Time to target accuracy", ("time_to_target",), kind="bar"),
+                Panel("Mean iteration duration", ("mean_iteration_duration",), kind="bar"),
+            ),
+        ),
     )
 
 
@@ -82,8 +100,9 @@ def report_layout(experiment: str, project: str = "dybw", entity: str | None = N
         "project": project,
         "entity": entity,
         "group": experiment,
-        "sections": [{"heading": s.heading, "text": s.text, "panels": [asdict(p) for p in s.panels]}
-                     for s in report_sections()],
+        "sections": [
+            {"heading": s.heading, "text": s.text, "panels": [asdict(p) for p in s.panels]} for s in report_sections()
+        ],
     }
 
 
@@ -99,21 +118,35 @@ def to_report(layout: dict):
     extra = {"entity": entity} if entity else {}
 
     def runset():
-        return wr.Runset(project=layout["project"], name=layout["group"],
-                         filters=expr.And(expr.Metric("Group") == layout["group"]), **extra)
+        return wr.Runset(
+            project=layout["project"],
+            name=layout["group"],
+            filters=expr.And(expr.Metric("Group") == layout["group"]),
+            **extra,
+        )
 
     def panel(spec: dict):
         if spec["kind"] == "bar":
             return wr.BarPlot(title=spec["title"], metrics=[wr.SummaryMetric(name) for name in spec["y"]])
-        return wr.LinePlot(title=spec["title"], x=spec["x"], y=list(spec["y"]), log_y=spec["log_y"] or None,
-                           title_x=spec["x"])
+        return wr.LinePlot(
+            title=spec["title"], x=spec["x"], y=list(spec["y"]), log_y=spec["log_y"] or None, title_x=spec["x"]
+        )
 
     blocks = [wr.P(layout["description"])]
     for section in layout["sections"]:
-        blocks += [wr.H2(section["heading"]), wr.P(section["text"]),
-                   wr.PanelGrid(runsets=[runset()], panels=[panel(p) for p in section["panels"]])]
-    return wr.Report(project=layout["project"], title=layout["title"], description=layout["description"],
-                     blocks=blocks, width="fluid", **extra)
+        blocks += [
+            wr.H2(section["heading"]),
+            wr.P(section["text"]),
+            wr.PanelGrid(runsets=[runset()], panels=[panel(p) for p in section["panels"]]),
+        ]
+    return wr.Report(
+        project=layout["project"],
+        title=layout["title"],
+        description=layout["description"],
+        blocks=blocks,
+        width="fluid",
+        **extra,
+    )
 
 
 def describe(layout: dict) -> str:
@@ -124,8 +157,11 @@ def describe(layout: dict) -> str:
         panels = []
         for p in section["panels"]:
             what = ", ".join(p["y"])
-            panels.append(f"{what} (summary bars)" if p["kind"] == "bar" else
-                          f"{what} vs {p['x']}" + (" (log y)" if p["log_y"] else ""))
+            panels.append(
+                f"{what} (summary bars)"
+                if p["kind"] == "bar"
+                else f"{what} vs {p['x']}" + (" (log y)" if p["log_y"] else "")
+            )
         lines.append(f"  {section['heading']}: " + "; ".join(panels))
     return "\n".join(lines)
 
@@ -145,9 +181,17 @@ def runs_of(experiment_dir: Path) -> list[dict]:
             name, job_type, group = run.name, run.job_type, run.group
         except Exception:  # noqa: BLE001 - a run file being written or damaged: list it anyway
             name = job_type = group = "?"
-        runs.append({"path": path, "run_dir": path.parent, "name": name, "job_type": job_type, "group": group,
-                     "offline": path.parent.name.startswith("offline-run-"),
-                     "synced": path.with_name(path.name + ".synced").exists()})
+        runs.append(
+            {
+                "path": path,
+                "run_dir": path.parent,
+                "name": name,
+                "job_type": job_type,
+                "group": group,
+                "offline": path.parent.name.startswith("offline-run-"),
+                "synced": path.with_name(path.name + ".synced").exists(),
+            }
+        )
     return runs
 
 
@@ -157,8 +201,12 @@ def main(argv=None) -> int:
     parser.add_argument("--results", default="results", help="where the experiments' job directories are")
     parser.add_argument("--project", default="dybw")
     parser.add_argument("--entity", default=None)
-    parser.add_argument("--mode", default="auto", choices=("auto", "online", "offline"),
-                        help="auto: online when W&B credentials exist and the host answers")
+    parser.add_argument(
+        "--mode",
+        default="auto",
+        choices=("auto", "online", "offline"),
+        help="auto: online when W&B credentials exist and the host answers",
+    )
     parser.add_argument("--json", action="store_true", help="print the layout as JSON and exit")
     args = parser.parse_args(argv)
 
@@ -178,8 +226,13 @@ def main(argv=None) -> int:
 
     if mode != "online":
         if not why:
-            why = "--mode offline" if args.mode == "offline" else \
-                "WANDB_MODE=" + os.environ["WANDB_MODE"] if os.environ.get("WANDB_MODE") else "no W&B credentials"
+            why = (
+                "--mode offline"
+                if args.mode == "offline"
+                else "WANDB_MODE=" + os.environ["WANDB_MODE"]
+                if os.environ.get("WANDB_MODE")
+                else "no W&B credentials"
+            )
         print(f"W&B is offline ({why}): nothing created.")
         print("Would create " + describe(layout))
         _print_runs(runs, results / experiment)
@@ -189,8 +242,10 @@ def main(argv=None) -> int:
         return 0
 
     if unsynced:
-        print(f"{len(unsynced)} offline run(s) are not uploaded yet; first: "
-              f"wandb sync {results / experiment}/*/wandb/offline-run-*")
+        print(
+            f"{len(unsynced)} offline run(s) are not uploaded yet; first: "
+            f"wandb sync {results / experiment}/*/wandb/offline-run-*"
+        )
     try:
         report = to_report(layout)
         report.save()

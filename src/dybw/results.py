@@ -16,9 +16,19 @@ from pathlib import Path
 
 import numpy as np
 
-METRICS_COLUMNS = ("iteration", "time", "lr", "train_loss", "test_loss", "test_accuracy",
-                   "local_test_accuracy", "consensus_distance", "mean_iteration_duration", "mean_backups",
-                   "wall_seconds")
+METRICS_COLUMNS = (
+    "iteration",
+    "time",
+    "lr",
+    "train_loss",
+    "test_loss",
+    "test_accuracy",
+    "local_test_accuracy",
+    "consensus_distance",
+    "mean_iteration_duration",
+    "mean_backups",
+    "wall_seconds",
+)
 TIMELINE_COLUMNS = ("iteration", "worker", "start", "ready", "stop", "finish", "used", "backups")
 STATUSES = ("completed", "failed", "diverged", "interrupted")
 
@@ -42,6 +52,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     def write(tmp):
         with open(tmp, "w") as handle:
             handle.write(text)
+
     _atomic_write(path, write)
 
 
@@ -67,8 +78,17 @@ def atomic_write_json(path: Path, data: dict) -> None:
 # How a job is executed, not what it computes: runner=local and runner=mpi (virtual clock) give the same
 # bits for any ranks and chunk, so a job completed or checkpointed by one backend is the other's too.
 # runner.clock and runner.threads do change the numbers and stay in the hash.
-EXECUTION_ONLY_RUNNER_KEYS = {"name", "ranks", "chunk", "launcher", "timeout_s", "startup_timeout_s", "fault",
-                              "fault_rank", "fault_iteration"}
+EXECUTION_ONLY_RUNNER_KEYS = {
+    "name",
+    "ranks",
+    "chunk",
+    "launcher",
+    "timeout_s",
+    "startup_timeout_s",
+    "fault",
+    "fault_rank",
+    "fault_iteration",
+}
 
 
 def config_hash(resolved_config: dict) -> str:
@@ -94,7 +114,7 @@ def job_dirname(overrides: str) -> str:
     if len(overrides) <= MAX_DIRNAME:
         return overrides
     digest = hashlib.sha256(overrides.encode()).hexdigest()[:12]
-    return f"{overrides[:MAX_DIRNAME - 13]}~{digest}"
+    return f"{overrides[: MAX_DIRNAME - 13]}~{digest}"
 
 
 def read_summary(job_dir: Path) -> dict | None:
@@ -110,9 +130,11 @@ CHECKPOINT = "checkpoint.npz"
 
 def write_checkpoint(job_dir: Path, state: dict, digest: str) -> None:
     """``checkpoint.npz``: the engine's state after an evaluation, tagged with the config hash."""
+
     def write(tmp):
         with open(tmp, "wb") as handle:
             np.savez(handle, config_hash=np.array(digest), **state)
+
     _atomic_write(Path(job_dir) / CHECKPOINT, write)
 
 
@@ -165,8 +187,7 @@ class ResultsWriter:
         }
         for name in TIMELINE_COLUMNS[2:]:
             table[name] = np.ascontiguousarray(columns[name]).reshape(-1)
-        _atomic_write(self.job_dir / "timeline.parquet",
-                      lambda tmp: pq.write_table(pa.table(table), tmp))
+        _atomic_write(self.job_dir / "timeline.parquet", lambda tmp: pq.write_table(pa.table(table), tmp))
 
     def write_summary(self, summary: dict) -> None:
         atomic_write_json(self.job_dir / "summary.json", summary)

@@ -133,7 +133,9 @@ def _read_trace(path: str, key_columns: tuple[str, ...], where: str) -> tuple[di
     needed = ("iteration", *key_columns, "seconds")
     missing = [c for c in needed if c not in frame.columns]
     if missing:
-        raise ConfigError(f"{where}.path", path, f"trace CSV needs columns {', '.join(needed)}; missing {', '.join(missing)}")
+        raise ConfigError(
+            f"{where}.path", path, f"trace CSV needs columns {', '.join(needed)}; missing {', '.join(missing)}"
+        )
     if (frame["seconds"] < 0).any() or not np.isfinite(frame["seconds"]).all():
         raise ConfigError(f"{where}.path", path, "trace delays must be finite and >= 0")
     period = int(frame["iteration"].max()) + 1
@@ -153,8 +155,11 @@ class _Replay:
                     self.values[k, e] = table[(k, *ids)]
                 except KeyError:
                     who = " ".join(f"{c}={i}" for c, i in zip(key_columns, ids))
-                    raise ConfigError(f"{where}.path", spec.path,
-                                      f"the trace has no row for iteration={k} {who} (does it cover num_workers?)") from None
+                    raise ConfigError(
+                        f"{where}.path",
+                        spec.path,
+                        f"the trace has no row for iteration={k} {who} (does it cover num_workers?)",
+                    ) from None
 
     def take(self, k0: int, count: int) -> np.ndarray:
         rows = np.arange(k0, k0 + count) % self.values.shape[0]
@@ -176,8 +181,9 @@ class _Drawn:
         return self.spec.unit_draws(u)
 
 
-def _persistent_factors(spec: DelaySpec, seed: int, kind: str, entities: list[tuple[int, ...]],
-                        num_workers: int, where: str) -> np.ndarray:
+def _persistent_factors(
+    spec: DelaySpec, seed: int, kind: str, entities: list[tuple[int, ...]], num_workers: int, where: str
+) -> np.ndarray:
     """Per-entity factor: ``persistent_factor`` on the slow set, 1 elsewhere.
 
     Compute: ``persistent_ids`` are worker ids.  Links: ``persistent_ids`` are worker ids whose outgoing
@@ -237,6 +243,9 @@ def _finite(delays: np.ndarray, where: str, k0: int) -> np.ndarray:
     """Delays as drawn, or a one-line error when a draw overflowed (e.g. Pareto with a tiny alpha)."""
     if not np.all(np.isfinite(delays)):
         k = k0 + int(np.argwhere(~np.isfinite(delays))[0][0])
-        raise ConfigError(where, "a draw of inf", f"delays must be finite: iteration {k} overflowed; "
-                          f"use a larger {where}.alpha / smaller sigma or scale")
+        raise ConfigError(
+            where,
+            "a draw of inf",
+            f"delays must be finite: iteration {k} overflowed; use a larger {where}.alpha / smaller sigma or scale",
+        )
     return delays

@@ -40,5 +40,8 @@ def use_threads(threads: int) -> None:
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         tf.config.threading.set_inter_op_parallelism_threads(threads)
     except RuntimeError:
-        warnings.warn(f"runner.threads={threads}: TensorFlow already runs in this process with its thread pools "
-                      f"sized; results may differ in the last bits from a fresh process", stacklevel=2)
+        warnings.warn(
+            f"runner.threads={threads}: TensorFlow already runs in this process with its thread pools "
+            f"sized; results may differ in the last bits from a fresh process",
+            stacklevel=2,
+        )

@@ -263,10 +263,7 @@ _UNSET = object()
 def _field(cfg, key: str, default=None):
     """``cfg.key`` for dataclasses, plain objects, dicts and OmegaConf nodes; ``default`` if absent."""
     try:
-        if isinstance(cfg, Mapping):
-            value = cfg.get(key, _UNSET)
-        else:
-            value = getattr(cfg, key, _UNSET)
+        value = cfg.get(key, _UNSET) if isinstance(cfg, Mapping) else getattr(cfg, key, _UNSET)
     except Exception as exc:
         # OmegaConf raises MissingMandatoryValue for '???' values; treat them as unset so the
         # user gets our one-line ConfigError instead of an OmegaConf traceback.
@@ -504,7 +501,9 @@ def _custom_edges(n: int, raw) -> list[tuple[int, int]]:
         if not (0 <= i < n and 0 <= j < n):
             raise ConfigError("topology.edges", [i, j], f"worker ids must be in 0..{n - 1} for {n} workers")
         if i == j:
-            raise ConfigError("topology.edges", [i, j], "self-loops are not allowed (a worker always keeps its own model)")
+            raise ConfigError(
+                "topology.edges", [i, j], "self-loops are not allowed (a worker always keeps its own model)"
+            )
         pairs.append((min(i, j), max(i, j)))
     unique = sorted(set(pairs))
     g = Graph(n, tuple(unique), "custom")
@@ -581,7 +580,11 @@ def build_graph(cfg, num_workers: int) -> Graph:
         # d = 1 is a perfect matching, connected only for N = 2; N*d odd has no d-regular graph.
         valid = _is_int(d) and 1 <= d < n and (n * d) % 2 == 0 and (d >= 2 or n == 2)
         if not valid:
-            raise ConfigError("topology.d", d, f"need 1 <= d < {n}, N*d even and a connected graph; allowed for {n} workers: {_regular_allowed(n)}")
+            raise ConfigError(
+                "topology.d",
+                d,
+                f"need 1 <= d < {n}, N*d even and a connected graph; allowed for {n} workers: {_regular_allowed(n)}",
+            )
         edges = _random_regular_edges(n, int(d), _require_seed(cfg, name), _max_tries(cfg))
     else:  # custom
         edges = _custom_edges(n, _field(cfg, "edges"))

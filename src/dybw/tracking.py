@@ -80,8 +80,11 @@ def has_credentials() -> bool:
     if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
         return True
     host = urlsplit(_base_url()).netloc
-    candidates = [Path(os.environ["NETRC"]).expanduser()] if os.environ.get("NETRC") else \
-        [Path("~/.netrc").expanduser(), Path("~/_netrc").expanduser()]
+    candidates = (
+        [Path(os.environ["NETRC"]).expanduser()]
+        if os.environ.get("NETRC")
+        else [Path("~/.netrc").expanduser(), Path("~/_netrc").expanduser()]
+    )
     for path in candidates:
         try:
             entry = netrc.netrc(str(path)).authenticators(host)
@@ -195,7 +198,7 @@ def run_name(cfg, job_dir: Path, limit: int = 128) -> str:
             extra[key] = item.lstrip("+~")
     if extra:
         name = f"{name} {','.join(extra[key] for key in sorted(extra))}"
-    return name if len(name) <= limit else name[:limit - 1] + "…"
+    return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
 class WandbTracker:
@@ -244,8 +247,10 @@ class WandbTracker:
                 counts = np.asarray(backups, dtype=float).reshape(len(end), -1)
                 durations = np.diff(end, prepend=self._last_end)
                 self._last_end = float(end[-1])
-                self._put("iterations", (int(first) + 1, end, durations, counts.mean(axis=1), counts.min(axis=1),
-                                         counts.max(axis=1)))
+                self._put(
+                    "iterations",
+                    (int(first) + 1, end, durations, counts.mean(axis=1), counts.min(axis=1), counts.max(axis=1)),
+                )
         except Exception as error:  # noqa: BLE001 - tracking never fails a run
             self._fail("log_iterations", error)
         self.main_thread_seconds += time.perf_counter() - started
@@ -292,8 +297,13 @@ class WandbTracker:
         self.dead = True
         if not self._warned:
             self._warned = True
-            log.warning("W&B tracking is off for this %s: %s failed (%s: %s); the run goes on without it",
-                        self.label, what, type(error).__name__, _one_line(error)[:300])
+            log.warning(
+                "W&B tracking is off for this %s: %s failed (%s: %s); the run goes on without it",
+                self.label,
+                what,
+                type(error).__name__,
+                _one_line(error)[:300],
+            )
 
     # -- the W&B thread -------------------------------------------------------------------------------
     def _work(self) -> None:
@@ -319,14 +329,24 @@ class WandbTracker:
         mode, why = effective_mode(self.requested)
         if why:  # logger.mode=online asked for it: a warning; auto falls back quietly
             (log.warning if self.configured == "online" else log.info)(
-                "W&B: %s; logging offline (upload later: wandb sync %s/wandb/offline-run-*)", why, self.directory)
+                "W&B: %s; logging offline (upload later: wandb sync %s/wandb/offline-run-*)", why, self.directory
+            )
         self.mode = mode
         import wandb
 
         self.directory.mkdir(parents=True, exist_ok=True)
-        settings = wandb.Settings(silent=True, quiet=True, console="off", show_info=False, show_warnings=False,
-                                  x_disable_stats=True, x_save_requirements=False, save_code=False,
-                                  disable_job_creation=True, init_timeout=60.0)
+        settings = wandb.Settings(
+            silent=True,
+            quiet=True,
+            console="off",
+            show_info=False,
+            show_warnings=False,
+            x_disable_stats=True,
+            x_save_requirements=False,
+            save_code=False,
+            disable_job_creation=True,
+            init_timeout=60.0,
+        )
         run = wandb.init(dir=str(self.directory), mode=mode, settings=settings, reinit="create_new", **self.init)
         self.run_dir = Path(run.dir).parent if getattr(run, "dir", None) else None
         run.define_metric("iteration")
@@ -340,13 +360,22 @@ class WandbTracker:
         elif kind == "iterations":
             first, end, durations, mean, low, high = payload
             for t in range(len(end)):
-                run.log(dict(zip(ITERATION_KEYS, (first + t, float(end[t]), float(durations[t]), float(mean[t]),
-                                                  int(low[t]), int(high[t])))))
+                run.log(
+                    dict(
+                        zip(
+                            ITERATION_KEYS,
+                            (first + t, float(end[t]), float(durations[t]), float(mean[t]), int(low[t]), int(high[t])),
+                        )
+                    )
+                )
         elif kind == "figures":
             import wandb
 
-            images = {f"figures/{p.stem}": wandb.Image(str(p)) for p in payload
-                      if p.suffix.lower() in (".png", ".jpg", ".jpeg") and p.is_file()}
+            images = {
+                f"figures/{p.stem}": wandb.Image(str(p))
+                for p in payload
+                if p.suffix.lower() in (".png", ".jpg", ".jpeg") and p.is_file()
+            }
             if images:
                 run.log({"iteration": self._last_iteration, **images})
         elif kind == "table":
@@ -364,7 +393,7 @@ class WandbTracker:
             status = summary.get("status", "completed")
             try:
                 if not self.dead:
-                    run.summary.update({key: value for key, value in summary.items()})
+                    run.summary.update(dict(summary.items()))
                 run.finish(exit_code=0 if status == "completed" else 1)
                 if self.mode == "offline" and self.run_dir is not None:
                     log.info("W&B offline run saved; upload with: wandb sync %s", _shown(self.run_dir))
@@ -417,8 +446,12 @@ def _tracker_for(logger, directory: Path, init: dict, label: str):
         if mode == "disabled":
             return NullTracker()
         _import_wandb_early()
-        init = dict(project=_logger_value(logger, "project", "dybw"), entity=_logger_value(logger, "entity"),
-                    tags=list(_logger_value(logger, "tags", None) or []), **init)
+        init = dict(
+            project=_logger_value(logger, "project", "dybw"),
+            entity=_logger_value(logger, "entity"),
+            tags=list(_logger_value(logger, "tags", None) or []),
+            **init,
+        )
         return WandbTracker(mode, directory, init, label=label, configured=configured)
     except Exception as error:  # noqa: BLE001
         log.warning("W&B tracking is off for this %s: %s: %s", label, type(error).__name__, _one_line(error))
@@ -430,16 +463,26 @@ def make_tracker(cfg, job_dir, resolved: dict):
     logger = cfg.logger
     directory = Path(_logger_value(logger, "dir") or job_dir)
     config = {key: value for key, value in (resolved or {}).items() if key != "hydra"}
-    init = dict(group=cfg.experiment_name, job_type=cfg.algo.name, name=run_name(cfg, job_dir), config=config,
-                notes=f"dybw job {job_dir}")
+    init = dict(
+        group=cfg.experiment_name,
+        job_type=cfg.algo.name,
+        name=run_name(cfg, job_dir),
+        config=config,
+        notes=f"dybw job {job_dir}",
+    )
     return _tracker_for(logger, directory, init, "job")
 
 
 def make_figure_tracker(logger, experiment: str, directory):
     """A run of ``job_type=figures`` in the experiment's group, for ``make figures``: ``log_figures(paths)``,
     ``log_table(name, dataframe_or_csv)``, then ``finish()``.  ``logger`` is a LoggerConfig or its dict."""
-    init = dict(group=experiment, job_type="figures", name=f"{experiment}-figures",
-                config={"experiment_name": experiment}, notes=f"dybw figures of {experiment}")
+    init = dict(
+        group=experiment,
+        job_type="figures",
+        name=f"{experiment}-figures",
+        config={"experiment_name": experiment},
+        notes=f"dybw figures of {experiment}",
+    )
     return _tracker_for(logger, Path(directory), init, "figure run")
 
 
@@ -470,7 +513,7 @@ def iter_records(path):
         if kind == 0:  # zero padding up to the end of the block (or of a file still being written)
             position += left
             continue
-        chunk = data[position + _RECORD.size:position + _RECORD.size + length]
+        chunk = data[position + _RECORD.size : position + _RECORD.size + length]
         position += _RECORD.size + length
         pending = chunk if kind in (1, 2) else pending + chunk
         if kind in (1, 4):
@@ -544,8 +587,11 @@ def read_run_file(path, header_only: bool = False) -> RunFile:
         for item in items:
             if item.key != "_wandb":
                 value = _json(item.value_json)
-                _assign(run.config, item, value.get("value", value) if isinstance(value, dict) and
-                        set(value) == {"value"} else value)
+                _assign(
+                    run.config,
+                    item,
+                    value.get("value", value) if isinstance(value, dict) and set(value) == {"value"} else value,
+                )
 
     for record in iter_records(path):
         kind = record.WhichOneof("record_type")
@@ -581,4 +627,3 @@ def find_run_files(root) -> list[Path]:
     """Every W&B run file under ``root`` (``.../wandb/{offline-,}run-*/run-*.wandb``), oldest first."""
     files = [p for p in Path(root).rglob("run-*.wandb") if p.parent.name.startswith(("offline-run-", "run-"))]
     return sorted(files, key=lambda p: (p.parent.name.split("-", 2)[-1], str(p)))
-

@@ -13,8 +13,9 @@ from dybw.topology import build_graph
 
 
 def random_graph(rng, n):
-    return build_graph(SimpleNamespace(name="erdos_renyi", p=float(rng.uniform(0.15, 0.8)),
-                                       seed=int(rng.integers(1 << 30))), n)
+    return build_graph(
+        SimpleNamespace(name="erdos_renyi", p=float(rng.uniform(0.15, 0.8)), seed=int(rng.integers(1 << 30))), n
+    )
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4, 5])

@@ -18,16 +18,27 @@ from dybw.mpi.health import read_heartbeats
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
 from helpers import TINY, run_cli, run_config  # noqa: E402
 
-SMALL = TINY + ["num_workers=8", "iterations=12", "eval_every=4", "straggler=shifted_exp", "model=mlp",
-                "model.hidden=[16]", "topology=erdos_renyi", "topology.p=0.5"]
+SMALL = TINY + [
+    "num_workers=8",
+    "iterations=12",
+    "eval_every=4",
+    "straggler=shifted_exp",
+    "model=mlp",
+    "model.hidden=[16]",
+    "topology=erdos_renyi",
+    "topology.p=0.5",
+]
 
 
 def metrics(job_dir):
     return pd.read_csv(job_dir / "metrics.csv").drop(columns="wall_seconds")
 
 
-ALGOS = [["algo=cb_dybw"], ["algo=cb_full", "algo.update=cta"],
-         ["algo=cb_static", "protocol.sync=free", "algo.mixing=metropolis"]]
+ALGOS = [
+    ["algo=cb_dybw"],
+    ["algo=cb_full", "algo.update=cta"],
+    ["algo=cb_static", "protocol.sync=free", "algo.mixing=metropolis"],
+]
 # Every policy on 2 and 4 ranks; 1 rank and 3 uneven groups (3+3+2 workers) with one policy, since the
 # exchange does not depend on it.
 RANK_CASES = [(ranks, algo) for ranks in (2, 4) for algo in ALGOS] + [(1, ALGOS[0]), (3, ALGOS[0])]
@@ -43,7 +54,7 @@ def test_virtual_clock_matches_the_local_backend_bit_for_bit(tmp_path, ranks, al
     timeline_local = pd.read_parquet(tmp_path / "local/timeline.parquet")
     timeline_mpi = pd.read_parquet(tmp_path / "mpi/timeline.parquet")
     pd.testing.assert_frame_equal(timeline_local, timeline_mpi)
-    assert not (tmp_path / "mpi" / ".mpi" / "job.json").read_text() == ""
+    assert (tmp_path / "mpi" / ".mpi" / "job.json").read_text() != ""
 
 
 @pytest.mark.slow
@@ -63,10 +74,14 @@ def test_wall_clock_durations_match_the_virtual_clock(tmp_path, algo):
     The wall clock pays a few ms per iteration that the virtual one does not (ranks leave each barrier
     at their next poll, later when 4 ranks share 2 cores): 2.6 ms idle, 9 ms on a loaded CI machine.
     Delays of 80 ms and more keep that a few per cent, so the test measures the clock, not the load."""
-    delays = ["straggler=shifted_exp", "straggler.compute.shift=0.08", "straggler.compute.scale=0.02",
-              "straggler.link.shift=0.08", "straggler.link.scale=0.08"]
-    common = TINY + delays + ["num_workers=4", "topology=complete", "iterations=20", "eval_every=20",
-                              f"algo={algo}"]
+    delays = [
+        "straggler=shifted_exp",
+        "straggler.compute.shift=0.08",
+        "straggler.compute.scale=0.02",
+        "straggler.link.shift=0.08",
+        "straggler.link.scale=0.08",
+    ]
+    common = TINY + delays + ["num_workers=4", "topology=complete", "iterations=20", "eval_every=20", f"algo={algo}"]
     virtual = run_config(common, tmp_path / "virtual")
     wall = run_config(common + ["runner=mpi", "runner.clock=wall"], tmp_path / "wall")
     assert wall["status"] == "completed"
@@ -81,11 +96,15 @@ def _no_rank_left(job_dir) -> bool:
     return out.stdout.strip() == ""
 
 
-@pytest.mark.parametrize("clock", [["runner.ranks=2"],
-                                   ["runner.clock=wall", "num_workers=2", "runner.ranks=2"]])
+@pytest.mark.parametrize("clock", [["runner.ranks=2"], ["runner.clock=wall", "num_workers=2", "runner.ranks=2"]])
 def test_a_rank_that_raises_fails_the_job_naming_it_and_keeps_what_was_measured(tmp_path, clock):
-    done = run_cli(SMALL + ["runner=mpi", "runner.fault=raise", "runner.fault_rank=1", "runner.fault_iteration=6",
-                            "iterations=40"] + clock, cwd=tmp_path, timeout=300)
+    done = run_cli(
+        SMALL
+        + ["runner=mpi", "runner.fault=raise", "runner.fault_rank=1", "runner.fault_iteration=6", "iterations=40"]
+        + clock,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()  # the launcher's one line, not the rank's and MPICH's too
     assert len(lines) == 1 and "rank 1" in lines[0] and "injected fault" in lines[0], done.stderr[-1500:]
@@ -102,17 +121,36 @@ def test_a_rank_that_raises_fails_the_job_naming_it_and_keeps_what_was_measured(
 
 def test_a_hung_rank_fails_the_job_within_the_timeout(tmp_path):
     started = time.time()
-    done = run_cli(SMALL + ["runner=mpi", "runner.ranks=2", "runner.fault=hang", "runner.fault_rank=1",
-                            "runner.fault_iteration=3", "runner.timeout_s=8", "iterations=40"],
-                   cwd=tmp_path, timeout=300)
+    done = run_cli(
+        SMALL
+        + [
+            "runner=mpi",
+            "runner.ranks=2",
+            "runner.fault=hang",
+            "runner.fault_rank=1",
+            "runner.fault_iteration=3",
+            "runner.timeout_s=8",
+            "iterations=40",
+        ],
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert done.returncode != 0 and "rank 1" in done.stderr and "heartbeat" in done.stderr
     assert time.time() - started < 120
     assert _no_rank_left(next((tmp_path / "results" / "adhoc").iterdir()))
 
 
 def test_a_rank_killed_with_sigkill_is_named_and_nothing_is_left(tmp_path):
-    command = [sys.executable, str(__import__("helpers").REPO / "run.py"), *SMALL, "runner=mpi", "runner.ranks=2",
-               "iterations=100000", "eval_every=1000", "runner.timeout_s=30"]
+    command = [
+        sys.executable,
+        str(__import__("helpers").REPO / "run.py"),
+        *SMALL,
+        "runner=mpi",
+        "runner.ranks=2",
+        "iterations=100000",
+        "eval_every=1000",
+        "runner.timeout_s=30",
+    ]
     process = subprocess.Popen(command, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     job_dir = None
     deadline = time.time() + 120
@@ -153,16 +191,27 @@ def test_a_cut_off_mpi_job_resumes_from_its_checkpoint_with_the_uninterrupted_nu
     # resumed, not rerun: the rows up to the checkpoint are the cut run's own, wall times included
     assert after[after["iteration"] <= 20].equals(before[before["iteration"] <= 20])
     pd.testing.assert_frame_equal(metrics(tmp_path / "cut"), metrics(tmp_path / "whole"), check_exact=True)
-    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "cut" / "timeline.parquet"),
-                                  pd.read_parquet(tmp_path / "whole" / "timeline.parquet"))
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(tmp_path / "cut" / "timeline.parquet"), pd.read_parquet(tmp_path / "whole" / "timeline.parquet")
+    )
     assert not (tmp_path / "cut" / "checkpoint.npz").exists()
 
 
 def test_missing_dataset_files_are_one_line_before_any_rank_starts(tmp_path):
     """Checked once in run.py, not by R ranks racing to download: the same line as runner=local."""
     (tmp_path / "empty").mkdir()
-    done = run_cli(["dataset=mnist", "logger=none", "progress=false", "runner=mpi", "runner.ranks=2",
-                    f"data_dir={tmp_path / 'empty'}"], cwd=tmp_path, timeout=300)
+    done = run_cli(
+        [
+            "dataset=mnist",
+            "logger=none",
+            "progress=false",
+            "runner=mpi",
+            "runner.ranks=2",
+            f"data_dir={tmp_path / 'empty'}",
+        ],
+        cwd=tmp_path,
+        timeout=300,
+    )
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1 and len(lines) == 1, done.stderr[-1500:]
     assert "mnist: 4 file(s) missing" in lines[0] and not re.search(r"rank \d", lines[0])

@@ -118,8 +118,10 @@ def partition(
         out = _shards(labels, num_workers, k, rng)
     else:
         alpha = dirichlet_alpha
-        if isinstance(alpha, (bool, np.bool_)) or not isinstance(alpha, (int, float, np.integer, np.floating)) or not (
-            np.isfinite(alpha) and alpha > 0
+        if (
+            isinstance(alpha, (bool, np.bool_))
+            or not isinstance(alpha, (int, float, np.integer, np.floating))
+            or not (np.isfinite(alpha) and alpha > 0)
         ):
             raise ConfigError("dataset.dirichlet_alpha", alpha, "must be a finite number > 0")
         min_size = _as_int("min_size", min_size, 0, "must be an integer >= 0")

@@ -41,7 +41,15 @@ import numpy as np
 from dybw.data.sources import cache_dir_from_env
 from dybw.errors import ConfigError
 
-__all__ = ["NORMALIZE_CHOICES", "Transform", "cache_dir_from_env", "check_options", "fit_transform", "preprocess", "stats"]
+__all__ = [
+    "NORMALIZE_CHOICES",
+    "Transform",
+    "cache_dir_from_env",
+    "check_options",
+    "fit_transform",
+    "preprocess",
+    "stats",
+]
 
 NORMALIZE_CHOICES = ("standard", "scale", "none")
 STD_FLOOR = 1e-8
@@ -115,7 +123,9 @@ def check_options(input_dim: int, normalize, pca_dim, whiten) -> int:
     if not isinstance(whiten, (bool, np.bool_)):
         raise ConfigError("dataset.whiten", whiten, "must be true or false")
     if whiten and pca_dim == 0:
-        raise ConfigError("dataset.whiten", whiten, "whitening scales PCA components; set dataset.pca_dim > 0 or dataset.whiten=false")
+        raise ConfigError(
+            "dataset.whiten", whiten, "whitening scales PCA components; set dataset.pca_dim > 0 or dataset.whiten=false"
+        )
     return int(pca_dim)
 
 

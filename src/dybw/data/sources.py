@@ -279,9 +279,7 @@ def _fetch_archive(name: str, spec: SourceSpec, folder: Path, missing: list[str]
         raise _no_network_error(name, spec, folder, missing, f"{arc.url}: {_one_line(e)}") from e
     try:
         if md5 != arc.md5:
-            raise _no_network_error(
-                name, spec, folder, missing, f"{arc.url}: received md5 {md5}, expected {arc.md5}"
-            )
+            raise _no_network_error(name, spec, folder, missing, f"{arc.url}: received md5 {md5}, expected {arc.md5}")
         # Only the named members are read (streamed through extractfile), never extractall, so an
         # archive cannot place files outside `folder`.
         with tarfile.open(tmp, "r:*") as tar:
@@ -299,9 +297,7 @@ def _fetch_archive(name: str, spec: SourceSpec, folder: Path, missing: list[str]
                         shutil.copyfileobj(src, out, _COPY_CHUNK)
                     got = md5_of(part)
                     if got != spec.files[fname]:
-                        raise DataError(
-                            f"{arc.url}: member {fname} has md5 {got}, expected {spec.files[fname]}"
-                        )
+                        raise DataError(f"{arc.url}: member {fname} has md5 {got}, expected {spec.files[fname]}")
                     _publish(part, folder / fname)
                 except BaseException:
                     Path(part).unlink(missing_ok=True)

@@ -30,8 +30,10 @@ def make_synthetic(
     ):
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < lo:
             raise ConfigError(field, value, f"must be an integer >= {lo}")
-    if isinstance(class_sep, (bool, np.bool_)) or not isinstance(class_sep, (int, float, np.integer, np.floating)) or not (
-        np.isfinite(class_sep) and class_sep >= 0
+    if (
+        isinstance(class_sep, (bool, np.bool_))
+        or not isinstance(class_sep, (int, float, np.integer, np.floating))
+        or not (np.isfinite(class_sep) and class_sep >= 0)
     ):
         raise ConfigError("dataset.class_sep", class_sep, "must be a finite number >= 0")
 

@@ -29,8 +29,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="tiny sizes (synthetic data, few iterations), own results")
     parser.add_argument("--only", default="", help="comma-separated spec names (default: all)")
     parser.add_argument("--results", type=Path, default=Path("results"), help="results root (default ./results)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="output directory (default ./paper_figures, or ./results/quick_figures with --quick)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output directory (default ./paper_figures, or ./results/quick_figures with --quick)",
+    )
     parser.add_argument("--experiments", type=Path, default=PROJECT / "experiments", help="the specs")
     parser.add_argument("--conf", type=Path, default=PROJECT / "conf", help="the Hydra config tree")
     parser.add_argument("--no-run", action="store_true", help="draw from existing results only; run nothing")
@@ -59,13 +63,18 @@ def main(argv: list[str] | None = None) -> int:
     except DybwError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(f"{len(selected)} spec(s), {len(needed)} distinct jobs ({'quick' if args.quick else 'full'}); "
-          f"results in {results}/, figures in {out}/ (prepared in {time.perf_counter() - started:.1f} s)", flush=True)
+    print(
+        f"{len(selected)} spec(s), {len(needed)} distinct jobs ({'quick' if args.quick else 'full'}); "
+        f"results in {results}/, figures in {out}/ (prepared in {time.perf_counter() - started:.1f} s)",
+        flush=True,
+    )
     if args.list:
         for name in selected:
             own = [j for j in needed if j.spec == name]
-            print(f"  {name:22s} {specs[name].figure:12s} {len(own):4d} own jobs, {len(per_spec[name]):4d} used  "
-                  f"{specs[name].title}")
+            print(
+                f"  {name:22s} {specs[name].figure:12s} {len(own):4d} own jobs, {len(per_spec[name]):4d} used  "
+                f"{specs[name].title}"
+            )
         return 0
 
     failed = 0
@@ -90,13 +99,16 @@ def main(argv: list[str] | None = None) -> int:
         ctx = plots.Context(spec, per_spec[name], results, out, args.quick, command, Path(args.conf))
         t0 = time.perf_counter()
         if spec.figure == TABLE:
-            files = report.write(ctx, specs, args.quick,
-                                 f"`{command}` (`python -m dybw.figures{' --quick' if args.quick else ''}`)")
+            files = report.write(
+                ctx, specs, args.quick, f"`{command}` (`python -m dybw.figures{' --quick' if args.quick else ''}`)"
+            )
             print(f"[{name}] wrote {', '.join(str(f) for f in files)} ({time.perf_counter() - t0:.1f} s)", flush=True)
             continue
         if spec.figure not in plots.FIGURES:
-            print(f"error: {spec.path}: figure '{spec.figure}' is unknown; known: {', '.join(plots.FIGURES)}, {TABLE}",
-                  file=sys.stderr)
+            print(
+                f"error: {spec.path}: figure '{spec.figure}' is unknown; known: {', '.join(plots.FIGURES)}, {TABLE}",
+                file=sys.stderr,
+            )
             return 2
         try:
             result = plots.FIGURES[spec.figure](ctx)
@@ -111,9 +123,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{name}] drew {', '.join(str(f) for f in result.files)} ({time.perf_counter() - t0:.1f} s)", flush=True)
     _write_index(out, specs, drawn, args.quick)
     total = time.perf_counter() - started
-    print(f"done in {total:.0f} s (jobs {run_seconds:.0f} s, drawing {total - run_seconds:.0f} s)"
-          + (f"; {failed} job(s) FAILED (see their summary.json)" if failed else "")
-          + (f"; figures FAILED: {', '.join(failed_figures)}" if failed_figures else ""), flush=True)
+    print(
+        f"done in {total:.0f} s (jobs {run_seconds:.0f} s, drawing {total - run_seconds:.0f} s)"
+        + (f"; {failed} job(s) FAILED (see their summary.json)" if failed else "")
+        + (f"; figures FAILED: {', '.join(failed_figures)}" if failed_figures else ""),
+        flush=True,
+    )
     return 1 if failed or failed_figures else 0
 
 
@@ -144,22 +159,38 @@ def _write_index(out: Path, specs, drawn, quick: bool) -> None:
     except (OSError, ValueError):
         index = {}
     for spec, result in drawn:
-        index[spec.name] = {"title": result.title, "caption": result.caption, "source": result.source,
-                            "why": spec.why, "spec": f"experiments/{spec.path.name}"}
+        index[spec.name] = {
+            "title": result.title,
+            "caption": result.caption,
+            "source": result.source,
+            "why": spec.why,
+            "spec": f"experiments/{spec.path.name}",
+        }
     order = list(dict.fromkeys([*(specs[TABLE].jobs_from if TABLE in specs else []), *specs]))  # the table's order
     index = {k: index[k] for k in order if k in index}
     atomic_write_text(index_path, json.dumps(index, indent=2) + "\n")
-    lines = ["# Paper figures", "",
-             f"Generated by `{'make figures-quick' if quick else 'make figures'}` (`python -m dybw.figures"
-             f"{' --quick' if quick else ''}`) from the experiment specs in `experiments/`; do not edit. "
-             "Each figure is a PNG and a PDF; [REPRODUCTION.md](REPRODUCTION.md) checks the paper's claims "
-             "C1-C6 against them. *Source* says whether a figure comes from training runs or from the virtual "
-             "clock alone (the clock never depends on the model, so timing-only figures simulate it without "
-             "training).", ""]
+    lines = [
+        "# Paper figures",
+        "",
+        f"Generated by `{'make figures-quick' if quick else 'make figures'}` (`python -m dybw.figures"
+        f"{' --quick' if quick else ''}`) from the experiment specs in `experiments/`; do not edit. "
+        "Each figure is a PNG and a PDF; [REPRODUCTION.md](REPRODUCTION.md) checks the paper's claims "
+        "C1-C6 against them. *Source* says whether a figure comes from training runs or from the virtual "
+        "clock alone (the clock never depends on the model, so timing-only figures simulate it without "
+        "training).",
+        "",
+    ]
     for name, entry in index.items():
-        lines += [f"## {entry['title']}", "", f"![{name}]({name}.png)", "",
-                  f"[{name}.pdf]({name}.pdf) · spec `{entry['spec']}` · source: {entry['source']} · "
-                  f"{entry['why']}", "", entry["caption"], ""]
+        lines += [
+            f"## {entry['title']}",
+            "",
+            f"![{name}]({name}.png)",
+            "",
+            f"[{name}.pdf]({name}.pdf) · spec `{entry['spec']}` · source: {entry['source']} · {entry['why']}",
+            "",
+            entry["caption"],
+            "",
+        ]
     atomic_write_text(out / "README.md", "\n".join(lines))
 
 

@@ -40,7 +40,9 @@ def fmt_pm(stats: tuple[float, float, int], digits: int = 1, scale: float = 1.0,
     return text + unit
 
 
-def paired(frame: pd.DataFrame, value: str, keys=("dataset", "split", "seed"), reference: str = REFERENCE) -> pd.DataFrame:
+def paired(
+    frame: pd.DataFrame, value: str, keys=("dataset", "split", "seed"), reference: str = REFERENCE
+) -> pd.DataFrame:
     """Rows of every non-reference label with its reference's value of the same ``keys`` in ``ref``."""
     keys = [k for k in keys if k in frame]
     ref = frame[frame["label"] == reference][[*keys, value]].rename(columns={value: "ref"})
@@ -85,6 +87,7 @@ def _select(frame: pd.DataFrame, **where) -> pd.DataFrame:
 
 # --- C1: speed-up -------------------------------------------------------------------------------------
 
+
 def loglog_slope(x, y) -> float:
     """Least-squares slope of ``log y`` against ``log x`` over the finite points (nan if < 2)."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
@@ -100,21 +103,35 @@ def slopes(frame: pd.DataFrame, value: str = "iterations_to_target", by=("sweep"
     for key, group in frame.groupby(list(by)):
         per_seed = [loglog_slope(g["num_workers"], g[value]) for _, g in group.groupby("seed")]
         mean, std, count = mean_std(per_seed)
-        rows.append({**dict(zip(by, key)), "slope": mean, "slope_std": std, "seeds": count,
-                     "per_seed": per_seed, "points": int(group[value].notna().sum()), "jobs": len(group)})
+        rows.append(
+            {
+                **dict(zip(by, key)),
+                "slope": mean,
+                "slope_std": std,
+                "seeds": count,
+                "per_seed": per_seed,
+                "points": int(group[value].notna().sum()),
+                "jobs": len(group),
+            }
+        )
     return pd.DataFrame(rows)
 
 
 # --- C4: backups over time ------------------------------------------------------------------------------
+
 
 def backup_variation(matrix: np.ndarray) -> dict:
     """How much ``b_j(k)`` (``[K, N]``) moves: share of (k, j) whose count differs from iteration k-1,
     mean over workers of the standard deviation over time, and the 5-95 % range of the per-iteration mean."""
     changes = float(np.mean(matrix[1:] != matrix[:-1])) if len(matrix) > 1 else math.nan
     per_iteration = matrix.mean(axis=1)
-    return {"change_fraction": changes, "std_over_time": float(matrix.std(axis=0).mean()),
-            "p05": float(np.percentile(per_iteration, 5)), "p95": float(np.percentile(per_iteration, 95)),
-            "mean": float(matrix.mean())}
+    return {
+        "change_fraction": changes,
+        "std_over_time": float(matrix.std(axis=0).mean()),
+        "p05": float(np.percentile(per_iteration, 5)),
+        "p95": float(np.percentile(per_iteration, 95)),
+        "mean": float(matrix.mean()),
+    }
 
 
 def usage_frame(jobs, results, slow_variant: str) -> pd.DataFrame:
@@ -124,7 +141,7 @@ def usage_frame(jobs, results, slow_variant: str) -> pd.DataFrame:
     slow_ids = set()
     for job in jobs:
         if job.params.get("variant") == slow_variant:
-            slow_ids |= set(int(i) for i in job.plain["straggler"]["link"].get("persistent_ids") or [])
+            slow_ids |= {int(i) for i in job.plain["straggler"]["link"].get("persistent_ids") or []}
     rows = []
     for job in jobs:
         frame = load.usage(job, results)
@@ -132,9 +149,17 @@ def usage_frame(jobs, results, slow_variant: str) -> pd.DataFrame:
             continue
         frame["sender"] = np.where(frame["src"].isin(slow_ids), "slow workers' messages", "other messages")
         for sender, group in frame.groupby("sender"):
-            rows.append({"variant": job.params.get("variant"), "seed": job.plain["seed"], "sender": sender,
-                         "used_fraction": float(group["used_fraction"].mean()), "links": len(group),
-                         "algo": job.plain["algo"]["name"], "slow_ids": sorted(slow_ids)})
+            rows.append(
+                {
+                    "variant": job.params.get("variant"),
+                    "seed": job.plain["seed"],
+                    "sender": sender,
+                    "used_fraction": float(group["used_fraction"].mean()),
+                    "links": len(group),
+                    "algo": job.plain["algo"]["name"],
+                    "slow_ids": sorted(slow_ids),
+                }
+            )
     return pd.DataFrame(rows)
 
 

@@ -57,8 +57,9 @@ def _write_usage(path: Path, graph, used: np.ndarray, iterations: int) -> None:
     import pandas as pd
 
     links = graph.directed_links()
-    frame = pd.DataFrame({"src": links[:, 0], "dst": links[:, 1],
-                          "used_fraction": used[links[:, 1], links[:, 0]] / iterations})
+    frame = pd.DataFrame(
+        {"src": links[:, 0], "dst": links[:, 1], "used_fraction": used[links[:, 1], links[:, 0]] / iterations}
+    )
     fd, tmp = tempfile.mkstemp(prefix=".usage.", dir=path.parent)
     os.close(fd)
     try:

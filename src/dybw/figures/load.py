@@ -62,8 +62,15 @@ def summaries(jobs: list[Job], results: Path) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
-    for column in ("mean_iteration_duration", "final_test_accuracy", "final_train_loss", "time_to_target",
-                   "iterations_to_target", "mean_backups", "total_time"):
+    for column in (
+        "mean_iteration_duration",
+        "final_test_accuracy",
+        "final_train_loss",
+        "time_to_target",
+        "iterations_to_target",
+        "mean_backups",
+        "total_time",
+    ):
         if column in frame:
             frame[column] = pd.to_numeric(frame[column], errors="coerce")
     return frame

@@ -67,11 +67,13 @@ def _no_data(ax, text="no completed runs"):
     ax.set_yticks([])
 
 
-def _no_runs(ctx, fig, axes, name: str, title: str, source: str = "training") -> "Drawn":
+def _no_runs(ctx, fig, axes, name: str, title: str, source: str = "training") -> Drawn:
     """The figure of a spec none of whose runs completed: every panel says so."""
     for ax in axes.flat:
         _no_data(ax)
-    return Drawn(name, title, "no completed runs", style.finish(fig, ctx.out, name, title, "No completed runs."), source)
+    return Drawn(
+        name, title, "no completed runs", style.finish(fig, ctx.out, name, title, "No completed runs."), source
+    )
 
 
 def _seed_band(frame: pd.DataFrame, x: str, y: str, points: int = 200):
@@ -131,8 +133,9 @@ def convergence(ctx: Context) -> Drawn:
     colors = style.palette(labels)
     plain, topology = _setup(ctx, jobs)
     handles = []
-    for row, (y, ylabel) in enumerate([("train_loss", "training loss (average model)"),
-                                       ("test_accuracy", "test accuracy (average model)")]):
+    for row, (y, ylabel) in enumerate(
+        [("train_loss", "training loss (average model)"), ("test_accuracy", "test accuracy (average model)")]
+    ):
         for col, (x, xlabel) in enumerate([("iteration", "iteration k"), ("time", "virtual time (s)")]):
             ax = axes[row, col]
             handles = _curves(ax, frame, x, y, labels, colors)
@@ -145,22 +148,35 @@ def convergence(ctx: Context) -> Drawn:
             else:
                 _accuracy_limits(ax, frame, plain["iterations"])
                 ax.axhline(plain["target_accuracy"], color="0.3", ls=":", lw=1)
-                ax.text(ax.get_xlim()[1], plain["target_accuracy"], f"target {plain['target_accuracy']:g} ",
-                        ha="right", va="bottom", fontsize=8, color="0.3")
+                ax.text(
+                    ax.get_xlim()[1],
+                    plain["target_accuracy"],
+                    f"target {plain['target_accuracy']:g} ",
+                    ha="right",
+                    va="bottom",
+                    fontsize=8,
+                    color="0.3",
+                )
     style.panel_letters(axes)
     style.top_legend(fig, handles, [h.get_label() for h in handles])
     seeds = style.seeds_text(frame["seed"].unique())
     per_iteration = frame.groupby(["label", "iteration"])["test_accuracy"].mean().unstack("label")
     late = per_iteration[per_iteration.index >= 0.1 * plain["iterations"]]
     gap = float((late.max(axis=1) - late.min(axis=1)).max()) if late.shape[1] > 1 else math.nan
-    overlap = (f" Against iterations the curves lie on top of each other: after the first "
-               f"{int(0.1 * plain['iterations'])} iterations the mean test accuracies of the algorithms differ by at "
-               f"most {100 * gap:.2f} points." if math.isfinite(gap) and gap < 0.01 else "")
-    caption = (f"Lines: mean over {seeds}; bands: +-1 standard deviation across seeds.{overlap} The average model "
-               f"xbar = mean_j x_j is evaluated every {plain['eval_every']} iterations. Setup: "
-               f"{style.describe_clock(plain, topology)}; {style.describe_training(plain)}. cb-Static's b is "
-               f"clamped per worker to at most d_j-1. Every algorithm sees the same delays and minibatches per seed. "
-               f"Source: training runs (local backend, virtual clock), {_source(ctx, jobs)}.")
+    overlap = (
+        f" Against iterations the curves lie on top of each other: after the first "
+        f"{int(0.1 * plain['iterations'])} iterations the mean test accuracies of the algorithms differ by at "
+        f"most {100 * gap:.2f} points."
+        if math.isfinite(gap) and gap < 0.01
+        else ""
+    )
+    caption = (
+        f"Lines: mean over {seeds}; bands: +-1 standard deviation across seeds.{overlap} The average model "
+        f"xbar = mean_j x_j is evaluated every {plain['eval_every']} iterations. Setup: "
+        f"{style.describe_clock(plain, topology)}; {style.describe_training(plain)}. cb-Static's b is "
+        f"clamped per worker to at most d_j-1. Every algorithm sees the same delays and minibatches per seed. "
+        f"Source: training runs (local backend, virtual clock), {_source(ctx, jobs)}."
+    )
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption))
 
 
@@ -182,13 +198,27 @@ def durations(ctx: Context) -> Drawn:
         for d, group in enumerate(groups):
             stats = analysis.values(frame, "mean_iteration_duration", label=label, spec=group)
             x = d + (i - (len(labels) - 1) / 2) * width
-            ax.bar(x, 1000 * stats[0], width * 0.92, color=colors[label], label=label if d == 0 else None,
-                   yerr=1000 * stats[1] if stats[2] > 1 else None, capsize=2, error_kw={"lw": 0.8})
+            ax.bar(
+                x,
+                1000 * stats[0],
+                width * 0.92,
+                color=colors[label],
+                label=label if d == 0 else None,
+                yerr=1000 * stats[1] if stats[2] > 1 else None,
+                capsize=2,
+                error_kw={"lw": 0.8},
+            )
             if label != analysis.REFERENCE:
                 red = analysis.reduction(frame, label, spec=group)
                 if red[2]:
-                    ax.text(x, 1000 * (stats[0] + (stats[1] if stats[2] > 1 else 0)) + 3, f"-{100 * red[0]:.0f}%",
-                            ha="center", va="bottom", fontsize=8.5)
+                    ax.text(
+                        x,
+                        1000 * (stats[0] + (stats[1] if stats[2] > 1 else 0)) + 3,
+                        f"-{100 * red[0]:.0f}%",
+                        ha="center",
+                        va="bottom",
+                        fontsize=8.5,
+                    )
     ax.set_xticks(range(len(groups)), [names[g] for g in groups])
     ax.set_ylabel("mean iteration duration E(K-1)/K (ms)")
     ax.set_title("mean iteration duration, reduction vs cb-Full")
@@ -215,8 +245,22 @@ def durations(ctx: Context) -> Drawn:
         data = pd.concat(samples, ignore_index=True)
         import seaborn as sns
 
-        sns.histplot(data=data, x="T", hue="label", hue_order=labels, palette=colors, element="step", fill=False,
-                     stat="density", common_norm=False, log_scale=True, bins=60, ax=ax, legend=False, lw=1.4)
+        sns.histplot(
+            data=data,
+            x="T",
+            hue="label",
+            hue_order=labels,
+            palette=colors,
+            element="step",
+            fill=False,
+            stat="density",
+            common_norm=False,
+            log_scale=True,
+            bins=60,
+            ax=ax,
+            legend=False,
+            lw=1.4,
+        )
         for label in labels:
             median = data[data["label"] == label]["T"].median()
             ax.axvline(median, color=colors[label], ls=":", lw=1)
@@ -226,17 +270,23 @@ def durations(ctx: Context) -> Drawn:
     ax.set_ylabel("density")
     ax.set_title(f"distribution of T(k), {names[first]}")
     style.panel_letters(axes)
-    handles = [Line2D([], [], color=colors[l], lw=6) for l in labels]
+    handles = [Line2D([], [], color=colors[name], lw=6) for name in labels]
     style.top_legend(fig, handles, labels)
     plain, topology = _setup(ctx, jobs)
     seeds = style.seeds_text(frame["seed"].unique())
-    same = (" The virtual clock does not depend on the model or the data, so with the same seeds the durations are "
-            "identical on every dataset (checked: they are)." if len(groups) > 1 and identical else "")
-    caption = (f"(a) Mean iteration duration E(K-1)/K from summary.json, mean over {seeds} with +-1 std error bars; "
-               f"the label on each bar is the paired reduction 1 - T_alg/T_cb-Full (same seed = same delays). "
-               f"(b) Histogram of the {plain['iterations']} per-iteration durations of each seed (timeline.parquet), "
-               f"pooled; dotted lines: medians.{same} Setup: {style.describe_clock(plain, topology)}. "
-               f"Source: training runs, {_source(ctx, jobs)}.")
+    same = (
+        " The virtual clock does not depend on the model or the data, so with the same seeds the durations are "
+        "identical on every dataset (checked: they are)."
+        if len(groups) > 1 and identical
+        else ""
+    )
+    caption = (
+        f"(a) Mean iteration duration E(K-1)/K from summary.json, mean over {seeds} with +-1 std error bars; "
+        f"the label on each bar is the paired reduction 1 - T_alg/T_cb-Full (same seed = same delays). "
+        f"(b) Histogram of the {plain['iterations']} per-iteration durations of each seed (timeline.parquet), "
+        f"pooled; dotted lines: medians.{same} Setup: {style.describe_clock(plain, topology)}. "
+        f"Source: training runs, {_source(ctx, jobs)}."
+    )
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption))
 
 
@@ -267,10 +317,14 @@ def backups(ctx: Context) -> Drawn:
     ax = axes[0, 0]
     handles = []
     first_dataset = train[0].plain["dataset"]["name"] if train else None
-    for label in [l for l in labels if l != analysis.REFERENCE]:
-        mats = [load.backups_matrix(tl) for j in train
-                if load.algo_label(j.plain) == label and j.plain["dataset"]["name"] == first_dataset
-                and (tl := load.timeline(j, ctx.results)) is not None]
+    for label in [name for name in labels if name != analysis.REFERENCE]:
+        mats = [
+            load.backups_matrix(tl)
+            for j in train
+            if load.algo_label(j.plain) == label
+            and j.plain["dataset"]["name"] == first_dataset
+            and (tl := load.timeline(j, ctx.results)) is not None
+        ]
         if not mats:
             continue
         per_iter = np.stack([m.mean(axis=1) for m in mats])[:, :WINDOW_A]
@@ -289,7 +343,9 @@ def backups(ctx: Context) -> Drawn:
     ax.set_ylim(bottom=0)
     # (b) a few workers of cb-DyBW, seed 0
     ax = axes[0, 1]
-    dybw = [j for j in train if load.algo_label(j.plain) == analysis.DYBW and j.plain["dataset"]["name"] == first_dataset]
+    dybw = [
+        j for j in train if load.algo_label(j.plain) == analysis.DYBW and j.plain["dataset"]["name"] == first_dataset
+    ]
     dybw.sort(key=lambda j: j.plain["seed"])
     shown = 0
     if dybw and (tl := load.timeline(dybw[0], ctx.results)) is not None:
@@ -301,8 +357,14 @@ def backups(ctx: Context) -> Drawn:
         window = min(60, matrix.shape[0])
         for c, worker in enumerate(picks):
             colour = style.EXTRA[c]
-            ax.step(np.arange(window), matrix[:window, worker], where="post", color=colour, lw=1.4,
-                    label=f"worker {worker} (d={degrees[worker]})")
+            ax.step(
+                np.arange(window),
+                matrix[:window, worker],
+                where="post",
+                color=colour,
+                lw=1.4,
+                label=f"worker {worker} (d={degrees[worker]})",
+            )
             ax.axhline(degrees[worker], color=colour, ls=":", lw=1)
             shown += 1
         ax.legend(loc="upper right", fontsize=8, ncol=1)
@@ -323,8 +385,15 @@ def backups(ctx: Context) -> Drawn:
             for s_i, sender in enumerate(senders):
                 stats = analysis.usage_stats(usage, variant, sender)
                 x = v + (s_i - 0.5) * 0.38
-                ax.bar(x, 100 * stats[0], 0.36, color=sender_colors[sender], yerr=100 * stats[1] if stats[2] > 1 else None,
-                       capsize=2, label=sender if v == 0 else None)
+                ax.bar(
+                    x,
+                    100 * stats[0],
+                    0.36,
+                    color=sender_colors[sender],
+                    yerr=100 * stats[1] if stats[2] > 1 else None,
+                    capsize=2,
+                    label=sender if v == 0 else None,
+                )
                 ax.text(x, 100 * stats[0] + 2, f"{100 * stats[0]:.0f}%", ha="center", va="bottom", fontsize=8)
         slow_ids = usage["slow_ids"].iloc[0]
         names = {variants[0]: "all links alike", variants[-1]: f"links out of\nworkers {slow_ids} slow"}
@@ -342,18 +411,22 @@ def backups(ctx: Context) -> Drawn:
     clock_text = ""
     if clock:
         slow_job = [j for j in clock if j.params["variant"] == variants[-1]][0]
-        clock_text = (f"(c) Virtual clock only, {clock[0].plain['iterations']} iterations x "
-                      f"{style.seeds_text({j.plain['seed'] for j in clock})}: share of iterations in which a "
-                      f"neighbour used a message (usage.parquet), averaged over the links out of the slow workers "
-                      f"and out of the others, without and with slow links "
-                      f"({style.describe_delay(slow_job.plain['straggler']['link'])}). ")
+        clock_text = (
+            f"(c) Virtual clock only, {clock[0].plain['iterations']} iterations x "
+            f"{style.seeds_text({j.plain['seed'] for j in clock})}: share of iterations in which a "
+            f"neighbour used a message (usage.parquet), averaged over the links out of the slow workers "
+            f"and out of the others, without and with slow links "
+            f"({style.describe_delay(slow_job.plain['straggler']['link'])}). "
+        )
     plain, topology = _setup(ctx, dybw or train or clock)
-    caption = (f"(a) Mean over workers of the backup count b_j(k) = d_j - |S_j(k)| per iteration (first "
-               f"{min(WINDOW_A, train[0].plain['iterations']) if train else WINDOW_A} iterations), mean over {seeds} "
-               f"(band +-1 std), from the training runs' timeline.parquet; cb-Static's count is fixed up to clamping "
-               f"and ties. (b) b_j(k) of three workers (lowest, median, highest degree d, dotted) over the first "
-               f"iterations. {clock_text}Setup: {style.describe_clock(plain, topology)}. Source: "
-               f"{_source(ctx, dybw + clock)}.")
+    caption = (
+        f"(a) Mean over workers of the backup count b_j(k) = d_j - |S_j(k)| per iteration (first "
+        f"{min(WINDOW_A, train[0].plain['iterations']) if train else WINDOW_A} iterations), mean over {seeds} "
+        f"(band +-1 std), from the training runs' timeline.parquet; cb-Static's count is fixed up to clamping "
+        f"and ties. (b) b_j(k) of three workers (lowest, median, highest degree d, dotted) over the first "
+        f"iterations. {clock_text}Setup: {style.describe_clock(plain, topology)}. Source: "
+        f"{_source(ctx, dybw + clock)}."
+    )
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption), source="training + clock")
 
 
@@ -372,8 +445,9 @@ def speedup(ctx: Context) -> Drawn:
     markers = ["o", "s", "^", "D"]
     slopes = {v: analysis.slopes(frame, v) for v in ("iterations_to_target", "time_to_target")}
     handles = []
-    for col, (value, ylabel, scale) in enumerate([("iterations_to_target", "iterations to target", 1.0),
-                                                  ("time_to_target", "virtual time to target (s)", 1.0)]):
+    for col, (value, ylabel, scale) in enumerate(
+        [("iterations_to_target", "iterations to target", 1.0), ("time_to_target", "virtual time to target (s)", 1.0)]
+    ):
         ax = axes[0, col]
         for s, sweep in enumerate(sweeps):
             for label in labels:
@@ -384,13 +458,25 @@ def speedup(ctx: Context) -> Drawn:
                 slope = slopes[value]
                 slope = slope[(slope["sweep"] == sweep) & (slope["label"] == label)]["slope"]
                 slope_text = f"{slope.iloc[0]:.2f}" if len(slope) and np.isfinite(slope.iloc[0]) else "n/a"
-                line = ax.errorbar(stats["num_workers"], scale * stats["mean"], yerr=scale * stats["std"].fillna(0),
-                                   color=colors[label], ls=dashes[s % 4], marker=markers[s % 4], ms=5, lw=1.5,
-                                   capsize=2, label=f"{label}, {sweep}")
+                line = ax.errorbar(
+                    stats["num_workers"],
+                    scale * stats["mean"],
+                    yerr=scale * stats["std"].fillna(0),
+                    color=colors[label],
+                    ls=dashes[s % 4],
+                    marker=markers[s % 4],
+                    ms=5,
+                    lw=1.5,
+                    capsize=2,
+                    label=f"{label}, {sweep}",
+                )
                 if col == 0:
                     handles.append((line, f"{label}, {sweep} (slope {slope_text})"))
         # linear reference through the smallest N of the first sweep's cb-DyBW (or first) curve
-        ref_rows = frame[(frame["sweep"] == sweeps[0]) & (frame["label"] == (analysis.DYBW if analysis.DYBW in labels else labels[0]))]
+        ref_rows = frame[
+            (frame["sweep"] == sweeps[0])
+            & (frame["label"] == (analysis.DYBW if analysis.DYBW in labels else labels[0]))
+        ]
         ref = ref_rows.groupby("num_workers")[value].mean().dropna()
         if len(ref):
             n = np.array(sorted(frame["num_workers"].unique()), dtype=float)
@@ -411,8 +497,16 @@ def speedup(ctx: Context) -> Drawn:
     for label in labels:
         rows = frame[(frame["label"] == label) & (frame["sweep"] == sweeps[0])]
         stats = rows.groupby("num_workers")["mean_iteration_duration"].agg(["mean", "std"]).reset_index()
-        ax.errorbar(stats["num_workers"], 1000 * stats["mean"], yerr=1000 * stats["std"].fillna(0), color=colors[label],
-                    marker="o", ms=5, lw=1.5, capsize=2)
+        ax.errorbar(
+            stats["num_workers"],
+            1000 * stats["mean"],
+            yerr=1000 * stats["std"].fillna(0),
+            color=colors[label],
+            marker="o",
+            ms=5,
+            lw=1.5,
+            capsize=2,
+        )
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted(frame["num_workers"].unique()), [str(n) for n in sorted(frame["num_workers"].unique())])
     ax.set_xlabel("number of workers N")
@@ -423,20 +517,30 @@ def speedup(ctx: Context) -> Drawn:
     style.top_legend(fig, [h for h, _ in handles], [t for _, t in handles], ncol=min(3, len(handles)))
     plain, topology = _setup(ctx, jobs)
     reached, total = int(frame["iterations_to_target"].notna().sum()), len(frame)
-    rules = "; ".join(f"'{s}': step " + ", ".join(
-        f"{e:g}" for e in frame[frame["sweep"] == s].sort_values("num_workers").drop_duplicates("num_workers")["eta0"])
-        for s in sweeps)
-    time_slopes = "; ".join(f"{r['label']}, {r['sweep']}: {r['slope']:.2f}" for _, r in slopes["time_to_target"].iterrows()
-                            if np.isfinite(r["slope"]))
-    caption = (f"Iterations and virtual time until the average model's test accuracy first reaches "
-               f"{plain['target_accuracy']:g} (evaluated every {plain['eval_every']} iterations), mean +- std over "
-               f"{style.seeds_text(frame['seed'].unique())}; {reached}/{total} runs reached it. Slopes: least-squares "
-               f"log-log slope per seed, averaged (slope -1 = linear speed-up); legend: slopes of (a); slopes of (b): "
-               f"{time_slopes or 'n/a'}. Dotted: linear speed-up from the smallest N. Step sizes for N = "
-               f"{', '.join(str(n) for n in sorted(frame['num_workers'].unique()))}: {rules}. "
-               f"Setup: Erdos-Renyi graphs (p={plain['topology'].get('p')}) of N workers, delays "
-               f"'{plain['straggler']['name']}'; {style.describe_training(plain, step=False)}. "
-               f"Source: training runs, {_source(ctx, jobs)}.")
+    rules = "; ".join(
+        f"'{s}': step "
+        + ", ".join(
+            f"{e:g}"
+            for e in frame[frame["sweep"] == s].sort_values("num_workers").drop_duplicates("num_workers")["eta0"]
+        )
+        for s in sweeps
+    )
+    time_slopes = "; ".join(
+        f"{r['label']}, {r['sweep']}: {r['slope']:.2f}"
+        for _, r in slopes["time_to_target"].iterrows()
+        if np.isfinite(r["slope"])
+    )
+    caption = (
+        f"Iterations and virtual time until the average model's test accuracy first reaches "
+        f"{plain['target_accuracy']:g} (evaluated every {plain['eval_every']} iterations), mean +- std over "
+        f"{style.seeds_text(frame['seed'].unique())}; {reached}/{total} runs reached it. Slopes: least-squares "
+        f"log-log slope per seed, averaged (slope -1 = linear speed-up); legend: slopes of (a); slopes of (b): "
+        f"{time_slopes or 'n/a'}. Dotted: linear speed-up from the smallest N. Step sizes for N = "
+        f"{', '.join(str(n) for n in sorted(frame['num_workers'].unique()))}: {rules}. "
+        f"Setup: Erdos-Renyi graphs (p={plain['topology'].get('p')}) of N workers, delays "
+        f"'{plain['straggler']['name']}'; {style.describe_training(plain, step=False)}. "
+        f"Source: training runs, {_source(ctx, jobs)}."
+    )
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption))
 
 
@@ -456,8 +560,15 @@ def noniid(ctx: Context) -> Drawn:
     for col, (x, xlabel) in enumerate([("iteration", "iteration k"), ("time", "virtual time (s)")]):
         ax = axes[0, col]
         for split in splits:
-            h = _curves(ax, frame[frame["split"] == split], x, "test_accuracy", labels, colors,
-                        dash=style.DASHES.get(split, "-"))
+            h = _curves(
+                ax,
+                frame[frame["split"] == split],
+                x,
+                "test_accuracy",
+                labels,
+                colors,
+                dash=style.DASHES.get(split, "-"),
+            )
             if col == 0:
                 handles += [(line, f"{line.get_label()}, {split}") for line in h]
         _accuracy_limits(ax, frame, plain["iterations"])
@@ -472,12 +583,25 @@ def noniid(ctx: Context) -> Drawn:
         for s, split in enumerate(splits):
             stats = analysis.values(summary, "final_test_accuracy", label=label, split=split)
             x = s + (i - (len(labels) - 1) / 2) * width
-            ax.bar(x, stats[0], width * 0.92, color=colors[label], yerr=stats[1] if stats[2] > 1 else None,
-                   capsize=2, error_kw={"lw": 0.8})
+            ax.bar(
+                x,
+                stats[0],
+                width * 0.92,
+                color=colors[label],
+                yerr=stats[1] if stats[2] > 1 else None,
+                capsize=2,
+                error_kw={"lw": 0.8},
+            )
             if label != analysis.REFERENCE:
                 red = analysis.reduction(summary, label, split=split)
-                ax.text(x, stats[0] + (stats[1] if stats[2] > 1 else 0) + 0.003, f"T -{100 * red[0]:.0f}%",
-                        ha="center", va="bottom", fontsize=8)
+                ax.text(
+                    x,
+                    stats[0] + (stats[1] if stats[2] > 1 else 0) + 0.003,
+                    f"T -{100 * red[0]:.0f}%",
+                    ha="center",
+                    va="bottom",
+                    fontsize=8,
+                )
     finals = summary["final_test_accuracy"]
     ax.set_ylim(max(0.0, finals.min() - 0.05), min(1.0, finals.max() + 0.015))
     ax.set_xticks(range(len(splits)), splits)
@@ -486,14 +610,19 @@ def noniid(ctx: Context) -> Drawn:
     ax.set_title("final accuracy; iteration-time cut")
     style.panel_letters(axes)
     style.top_legend(fig, [h for h, _ in handles], [t for _, t in handles], ncol=min(4, len(handles)))
-    split_text = {"iid": "i.i.d. (uniform random)", "shards": f"label-sorted shards, {plain['dataset']['shards_per_worker']} per worker",
-                  "dirichlet": f"Dirichlet(alpha={plain['dataset']['dirichlet_alpha']}) label proportions"}
-    caption = (f"Splits: " + "; ".join(f"{s} = {split_text.get(s, s)}" for s in splits) + ". "
-               f"(a, b) Mean over {style.seeds_text(frame['seed'].unique())} (band +-1 std); dotted: target "
-               f"{plain['target_accuracy']:g}. (c) Final test accuracy (error bars +-1 std); the label is the paired "
-               f"reduction of the mean iteration duration vs cb-Full. Setup: {style.describe_clock(plain, topology)}; "
-               f"{style.describe_training(plain).replace('i.i.d. split', 'split as shown')}. "
-               f"Source: training runs, {_source(ctx, jobs)}.")
+    split_text = {
+        "iid": "i.i.d. (uniform random)",
+        "shards": f"label-sorted shards, {plain['dataset']['shards_per_worker']} per worker",
+        "dirichlet": f"Dirichlet(alpha={plain['dataset']['dirichlet_alpha']}) label proportions",
+    }
+    caption = (
+        "Splits: " + "; ".join(f"{s} = {split_text.get(s, s)}" for s in splits) + ". "
+        f"(a, b) Mean over {style.seeds_text(frame['seed'].unique())} (band +-1 std); dotted: target "
+        f"{plain['target_accuracy']:g}. (c) Final test accuracy (error bars +-1 std); the label is the paired "
+        f"reduction of the mean iteration duration vs cb-Full. Setup: {style.describe_clock(plain, topology)}; "
+        f"{style.describe_training(plain).replace('i.i.d. split', 'split as shown')}. "
+        f"Source: training runs, {_source(ctx, jobs)}."
+    )
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption))
 
 
@@ -557,8 +686,16 @@ def ratio(ctx: Context) -> Drawn:
         if label == analysis.REFERENCE:
             continue
         stats = red[red["label"] == label].groupby("ratio")["reduction"].agg(["mean", "std"]).reset_index()
-        line = ax.errorbar(stats["ratio"], 100 * stats["mean"], yerr=100 * stats["std"].fillna(0), color=colors[label],
-                           marker="o", ms=4, lw=1.6, capsize=2)
+        line = ax.errorbar(
+            stats["ratio"],
+            100 * stats["mean"],
+            yerr=100 * stats["std"].fillna(0),
+            color=colors[label],
+            marker="o",
+            ms=4,
+            lw=1.6,
+            capsize=2,
+        )
         handles.append((line, label))
     ax.axhspan(65, 70, color="0.5", alpha=0.2, lw=0)
     ax.text(0.02, 67.5, "paper: 65-70 %", va="center", fontsize=8, color="0.25", transform=ax.get_yaxis_transform())
@@ -570,8 +707,16 @@ def ratio(ctx: Context) -> Drawn:
     ax = axes[0, 1]
     for label in labels:
         stats = frame[frame["label"] == label].groupby("ratio")["mean_backups"].agg(["mean", "std"]).reset_index()
-        line = ax.errorbar(stats["ratio"], stats["mean"], yerr=stats["std"].fillna(0), color=colors[label], marker="o",
-                           ms=4, lw=1.6, capsize=2)
+        line = ax.errorbar(
+            stats["ratio"],
+            stats["mean"],
+            yerr=stats["std"].fillna(0),
+            color=colors[label],
+            marker="o",
+            ms=4,
+            lw=1.6,
+            capsize=2,
+        )
         if label == analysis.REFERENCE:
             handles.insert(0, (line, label))
     ax.set_xscale("log")
@@ -580,9 +725,22 @@ def ratio(ctx: Context) -> Drawn:
     ax.set_title("backups used vs delay mix")
     ax = axes[0, 2]
     for label in labels:
-        stats = frame[frame["label"] == label].groupby("ratio")["mean_iteration_duration"].agg(["mean", "std"]).reset_index()
-        ax.errorbar(stats["ratio"], 1000 * stats["mean"], yerr=1000 * stats["std"].fillna(0), color=colors[label],
-                    marker="o", ms=4, lw=1.6, capsize=2)
+        stats = (
+            frame[frame["label"] == label]
+            .groupby("ratio")["mean_iteration_duration"]
+            .agg(["mean", "std"])
+            .reset_index()
+        )
+        ax.errorbar(
+            stats["ratio"],
+            1000 * stats["mean"],
+            yerr=1000 * stats["std"].fillna(0),
+            color=colors[label],
+            marker="o",
+            ms=4,
+            lw=1.6,
+            capsize=2,
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     style.plain_log_ticks(ax)
@@ -602,17 +760,25 @@ def ratio(ctx: Context) -> Drawn:
     swept = sorted({_delay_ratio(j.plain) for j in jobs})
     scales = sorted({j.plain["straggler"]["link"]["scale"] for j in jobs})
     cross = ratio_crossing(red, analysis.DYBW, 0.65)
-    crossing = (f"; cb-DyBW's cut reaches 65 % from a ratio of {cross:.2g} on" if math.isfinite(cross) else
-                "; cb-DyBW's cut stays below 65 % at every ratio swept")
+    crossing = (
+        f"; cb-DyBW's cut reaches 65 % from a ratio of {cross:.2g} on"
+        if math.isfinite(cross)
+        else "; cb-DyBW's cut stays below 65 % at every ratio swept"
+    )
     link = dict(plain["straggler"]["link"])
     setup = style.describe_clock(plain, topology).replace(
-        style.describe_delay(link), f"{1000 * link['shift']:g} ms + Exp(mean {1000 * scales[0]:g}-{1000 * scales[-1]:g} ms, swept)")
-    caption = (f"Virtual clock only ({plain['iterations']} iterations per point, no training), mean +- std over "
-               f"{style.seeds_text(frame['seed'].unique())}. The link delay's exponential scale is swept with compute fixed, "
-               f"giving mean-link/mean-compute ratios {swept[0]:.2g}-{swept[-1]:.2g}"
-               + (f"; dotted line: the 'paper' preset ({preset:.2g})" if preset else "") + ". (a) Paired reduction "
-               f"1 - T_alg/T_cb-Full of the mean iteration duration; grey band: the paper's 65-70 % claim{crossing}. "
-               f"(b) Mean backup count per worker. (c) Mean iteration duration. Setup: {setup}.")
+        style.describe_delay(link),
+        f"{1000 * link['shift']:g} ms + Exp(mean {1000 * scales[0]:g}-{1000 * scales[-1]:g} ms, swept)",
+    )
+    caption = (
+        f"Virtual clock only ({plain['iterations']} iterations per point, no training), mean +- std over "
+        f"{style.seeds_text(frame['seed'].unique())}. The link delay's exponential scale is swept with compute fixed, "
+        f"giving mean-link/mean-compute ratios {swept[0]:.2g}-{swept[-1]:.2g}"
+        + (f"; dotted line: the 'paper' preset ({preset:.2g})" if preset else "")
+        + ". (a) Paired reduction "
+        f"1 - T_alg/T_cb-Full of the mean iteration duration; grey band: the paper's 65-70 % claim{crossing}. "
+        f"(b) Mean backup count per worker. (c) Mean iteration duration. Setup: {setup}."
+    )
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption), "clock")
 
 
@@ -632,17 +798,31 @@ def static_b(ctx: Context) -> Drawn:
         static = frame[frame["algo"].isin(["cb_static", "cb_full"])].copy()
         static["b"] = static["b"].fillna(0)
         dybw = frame[frame["algo"] == "cb_dybw"]
-        for col, (value, ylabel, scale) in enumerate([("mean_iteration_duration", "mean iteration duration (ms)", 1000),
-                                                      ("mean_used", "neighbours used per worker, mean |S_j|", 1)]):
+        for col, (value, ylabel, scale) in enumerate(
+            [
+                ("mean_iteration_duration", "mean iteration duration (ms)", 1000),
+                ("mean_used", "neighbours used per worker, mean |S_j|", 1),
+            ]
+        ):
             ax = axes[0, col]
             stats = static.groupby("b")[value].agg(["mean", "std"]).reset_index()
-            line = ax.errorbar(stats["b"], scale * stats["mean"], yerr=scale * stats["std"].fillna(0), color=static_color,
-                               marker="o", ms=5, lw=1.6, capsize=2)
+            line = ax.errorbar(
+                stats["b"],
+                scale * stats["mean"],
+                yerr=scale * stats["std"].fillna(0),
+                color=static_color,
+                marker="o",
+                ms=5,
+                lw=1.6,
+                capsize=2,
+            )
             d = analysis.mean_std(dybw[value])
             if d[2]:
                 dl = ax.axhline(scale * d[0], color=colors[analysis.DYBW], lw=2)
                 if math.isfinite(d[1]):
-                    ax.axhspan(scale * (d[0] - d[1]), scale * (d[0] + d[1]), color=colors[analysis.DYBW], alpha=0.15, lw=0)
+                    ax.axhspan(
+                        scale * (d[0] - d[1]), scale * (d[0] + d[1]), color=colors[analysis.DYBW], alpha=0.15, lw=0
+                    )
                 if col == 0:
                     handles = [(line, "cb-Static(b), b = 0 is cb-Full"), (dl, "cb-DyBW")]
             ax.set_xlabel("static backup workers b")
@@ -663,11 +843,18 @@ def static_b(ctx: Context) -> Drawn:
         for i, label in enumerate(labels):
             stats = analysis.values(summary, "time_to_target", label=label)
             reached, total = analysis.reached(summary, label=label)
-            ax.bar(i, stats[0] if stats[2] else 0, 0.7, color=colors.get(label, static_color),
-                   yerr=stats[1] if stats[2] > 1 else None, capsize=2)
+            ax.bar(
+                i,
+                stats[0] if stats[2] else 0,
+                0.7,
+                color=colors.get(label, static_color),
+                yerr=stats[1] if stats[2] > 1 else None,
+                capsize=2,
+            )
             top = (stats[0] if stats[2] else 0) + (stats[1] if stats[2] > 1 else 0)
             ax.text(i, top, f"{reached}/{total}", ha="center", va="bottom", fontsize=8)
-        ax.set_xticks(range(len(labels)), [l.replace("cb-Static ", "Static\n").replace("cb-", "") for l in labels])
+        ticks = [name.replace("cb-Static ", "Static\n").replace("cb-", "") for name in labels]
+        ax.set_xticks(range(len(labels)), ticks)
         ax.set_ylabel("virtual time to target (s)")
         ax.set_title(f"time to target, training ({_dataset_name(first)})")
         ax.margins(y=0.15)
@@ -685,18 +872,26 @@ def static_b(ctx: Context) -> Drawn:
         as_fast = per_b[per_b["mean_iteration_duration"] <= 1.01 * d_t]
         if len(as_fast):
             b0 = int(as_fast.index.min())
-            finding = (f" cb-DyBW's iterations ({1000 * d_t:.1f} ms) are as short as cb-Static's from b = {b0} on "
-                       f"({1000 * per_b.loc[b0, 'mean_iteration_duration']:.1f} ms), yet it uses {d_u:.2f} neighbours per "
-                       f"worker against {per_b.loc[b0, 'mean_used']:.2f}.")
+            finding = (
+                f" cb-DyBW's iterations ({1000 * d_t:.1f} ms) are as short as cb-Static's from b = {b0} on "
+                f"({1000 * per_b.loc[b0, 'mean_iteration_duration']:.1f} ms), yet it uses {d_u:.2f} neighbours per "
+                f"worker against {per_b.loc[b0, 'mean_used']:.2f}."
+            )
         else:
-            finding = (f" No static b is as fast as cb-DyBW ({1000 * d_t:.1f} ms; fastest static "
-                       f"{1000 * per_b['mean_iteration_duration'].min():.1f} ms).")
-    caption = (f"(a, b) Virtual clock only ({plain['iterations']} iterations, no training), mean +- std over "
-               f"{style.seeds_text(frame['seed'].unique()) if not frame.empty else 'no seeds'}: cb-Static for every b the graph "
-               f"allows (clamped per worker to d_j - b >= 1) against cb-DyBW (line, band +-1 std). A larger b shortens "
-               f"iterations but each worker averages fewer neighbours.{finding} (c) Time until the test accuracy reaches {target:g} in the training runs (labels: "
-               f"runs that reached it). Setup: {style.describe_clock(plain, topology)}. Source: "
-               f"{_source(ctx, clock + train)}.")
+            finding = (
+                f" No static b is as fast as cb-DyBW ({1000 * d_t:.1f} ms; fastest static "
+                f"{1000 * per_b['mean_iteration_duration'].min():.1f} ms)."
+            )
+    caption = (
+        f"(a, b) Virtual clock only ({plain['iterations']} iterations, no training), mean +- std over "
+        f"{style.seeds_text(frame['seed'].unique()) if not frame.empty else 'no seeds'}: cb-Static for every "
+        f"b the graph "
+        f"allows (clamped per worker to d_j - b >= 1) against cb-DyBW (line, band +-1 std). A larger b shortens "
+        f"iterations but each worker averages fewer neighbours.{finding} (c) Time until the test accuracy "
+        f"reaches {target:g} in the training runs (labels: "
+        f"runs that reached it). Setup: {style.describe_clock(plain, topology)}. Source: "
+        f"{_source(ctx, clock + train)}."
+    )
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption), "clock + training")
 
 

@@ -8,12 +8,10 @@ printed in the file (:data:`RULES`).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from ..results import atomic_write_json, atomic_write_text
@@ -32,17 +30,17 @@ PAPER = {
 }
 RULES = {
     "C1": "reproduced: the log-log slope of cb-DyBW's iterations to target against N is within [-1.25, -0.75] "
-          "both with the theorem's step (eta ~ N) and with a fixed step; partly: within that range with the "
-          "theorem's step only, or between -0.75 and -0.25; not: above -0.25 (or the target is not reached).",
+    "both with the theorem's step (eta ~ N) and with a fixed step; partly: within that range with the "
+    "theorem's step only, or between -0.75 and -0.25; not: above -0.25 (or the target is not reached).",
     "C2": "reproduced: the paired mean reduction 1 - T_DyBW/T_Full is >= 65 % on every dataset; partly: >= 30 %; "
-          "not: below.",
+    "not: below.",
     "C3": "reproduced: every run reaches the target and the mean ratio of iterations to target (DyBW/Full) is within "
-          "[0.5, 2]; partly: within [0.2, 5]; not: otherwise or not reached.",
+    "[0.5, 2]; partly: within [0.2, 5]; not: otherwise or not reached.",
     "C4": "reproduced: b_j(k) changes from one iteration to the next for >= 10 % of (worker, iteration) pairs and, "
-          "with slow links out of a few workers, their messages are used at most half as often as the others'; "
-          "partly: one of the two; not: neither.",
+    "with slow links out of a few workers, their messages are used at most half as often as the others'; "
+    "partly: one of the two; not: neither.",
     "C5": "reproduced: on every dataset the final test accuracy is within 1 point of cb-Full's (paired mean) and the "
-          "time to target is lower; partly: within 3 points; not: otherwise.",
+    "time to target is lower; partly: within 3 points; not: otherwise.",
     "C6": "reproduced: on the non-i.i.d. split, the C2, C3 and C5 criteria all hold; partly: some hold; not: none.",
 }
 
@@ -82,11 +80,13 @@ def _per_dataset(ctx: Context) -> list[tuple[str, pd.DataFrame]]:
         ctx.missing = missing
     groups = [(spec, frame) for spec, frame in groups if not frame.empty]
     names = [_dataset_name(frame["dataset"].iloc[0]) for _, frame in groups]
-    return [(name if names.count(name) == 1 else f"{name} ({spec})", frame)
-            for name, (spec, frame) in zip(names, groups)]
+    return [
+        (name if names.count(name) == 1 else f"{name} ({spec})", frame) for name, (spec, frame) in zip(names, groups)
+    ]
 
 
 # --- the claims -----------------------------------------------------------------------------------------
+
 
 def claim_c2(ctx: Context) -> Claim:
     parts, values, ok65, ok30 = [], {}, [], []
@@ -103,15 +103,35 @@ def claim_c2(ctx: Context) -> Claim:
             table.append(f"| {name} | {label} | {fmt_pm(mean_t, 1, 1000, ' ms')} | {red} |")
     verdict = _verdict(ok65, ok30, not getattr(ctx, "missing", []))
     same = len({round(v["mean"], 9) for v in values.values()}) == 1 and len(values) > 1
-    why = (f"cb-DyBW's mean iteration is {' and '.join(parts)} shorter than cb-Full's (paired over seeds)"
-           + (" - identical on both datasets because the virtual clock depends only on the delays, not on the data"
-              if same else "") + ". "
-           + _said(ctx, {"reproduced": "That is within or above the paper's 65-70 %.",
-                         "partly": "Shorter, but below the paper's 65 %.",
-                         "not": "Far from the paper's 65-70 %."}[verdict])
-           + _delay_mix(ctx) + _missing_text(ctx))
-    return Claim("C2", ["durations", "ratio"], "; ".join(parts) or "n/a", verdict, why,
-                 ["convergence_mnist", "convergence_cifar10", "durations"], table, values)
+    why = (
+        f"cb-DyBW's mean iteration is {' and '.join(parts)} shorter than cb-Full's (paired over seeds)"
+        + (
+            " - identical on both datasets because the virtual clock depends only on the delays, not on the data"
+            if same
+            else ""
+        )
+        + ". "
+        + _said(
+            ctx,
+            {
+                "reproduced": "That is within or above the paper's 65-70 %.",
+                "partly": "Shorter, but below the paper's 65 %.",
+                "not": "Far from the paper's 65-70 %.",
+            }[verdict],
+        )
+        + _delay_mix(ctx)
+        + _missing_text(ctx)
+    )
+    return Claim(
+        "C2",
+        ["durations", "ratio"],
+        "; ".join(parts) or "n/a",
+        verdict,
+        why,
+        ["convergence_mnist", "convergence_cifar10", "durations"],
+        table,
+        values,
+    )
 
 
 def _delay_mix(ctx: Context) -> str:
@@ -125,12 +145,17 @@ def _delay_mix(ctx: Context) -> str:
     if means.empty:
         return ""
     cross = ratio_crossing(red, DYBW, 0.65)
-    where = (f"it reaches 65 % once the mean link delay is at least {cross:.2g}x the mean compute time"
-             if math.isfinite(cross) else "it stays below 65 % at every ratio swept")
-    return (f" The cut depends on the delay mix (ratio.png, virtual clock): {where}; with compute-dominated delays "
-            f"(ratio {means.index[0]:.2g}) it is {100 * means.iloc[0]:.0f} %, at ratio {means.index[-1]:.2g} "
-            f"{100 * means.iloc[-1]:.0f} %. The 'paper' preset's ratio is "
-            f"{_paper_ratio(ctx):.2g}.")
+    where = (
+        f"it reaches 65 % once the mean link delay is at least {cross:.2g}x the mean compute time"
+        if math.isfinite(cross)
+        else "it stays below 65 % at every ratio swept"
+    )
+    return (
+        f" The cut depends on the delay mix (ratio.png, virtual clock): {where}; with compute-dominated delays "
+        f"(ratio {means.index[0]:.2g}) it is {100 * means.iloc[0]:.0f} %, at ratio {means.index[-1]:.2g} "
+        f"{100 * means.iloc[-1]:.0f} %. The 'paper' preset's ratio is "
+        f"{_paper_ratio(ctx):.2g}."
+    )
 
 
 def _paper_ratio(ctx: Context) -> float:
@@ -162,16 +187,23 @@ def _said(ctx: Context, conclusion: str) -> str:
 
 def _missing_text(ctx: Context) -> str:
     missing = getattr(ctx, "missing", [])
-    return (f" No completed runs for {', '.join(missing)}: the claim is checked on the other datasets only "
-            f"(run `python -m dybw.figures --only {','.join(missing)}`)." if missing else "")
+    return (
+        f" No completed runs for {', '.join(missing)}: the claim is checked on the other datasets only "
+        f"(run `python -m dybw.figures --only {','.join(missing)}`)."
+        if missing
+        else ""
+    )
 
 
 def claim_c3(ctx: Context, spec_frames=None) -> Claim:
     parts, values, strict, loose = [], {}, [], []
-    table = ["| dataset | algorithm | iterations to target | runs reaching it | ratio vs cb-Full |", "|---|---|---|---|---|"]
+    table = [
+        "| dataset | algorithm | iterations to target | runs reaching it | ratio vs cb-Full |",
+        "|---|---|---|---|---|",
+    ]
     for name, frame in _per_dataset(ctx):
         stats = analysis.ratio(frame, DYBW, "iterations_to_target")
-        hit = [analysis.reached(frame, label=l) for l in (DYBW, analysis.REFERENCE)]
+        hit = [analysis.reached(frame, label=name) for name in (DYBW, analysis.REFERENCE)]
         everyone = all(h[0] == h[1] and h[1] > 0 for h in hit)
         values[name] = {"mean": stats[0], "std": stats[1], "seeds": stats[2], "all_reached": everyone}
         target = frame["target_accuracy"].iloc[0]
@@ -181,51 +213,94 @@ def claim_c3(ctx: Context, spec_frames=None) -> Claim:
         for label in style_order(frame):
             its = analysis.values(frame, "iterations_to_target", label=label)
             r = analysis.reached(frame, label=label)
-            rat = "-" if label == analysis.REFERENCE else fmt_pm(analysis.ratio(frame, label, "iterations_to_target"), 2) + "x"
+            rat = (
+                "-"
+                if label == analysis.REFERENCE
+                else fmt_pm(analysis.ratio(frame, label, "iterations_to_target"), 2) + "x"
+            )
             table.append(f"| {name} | {label} | {fmt_pm(its, 0)} | {r[0]}/{r[1]} | {rat} |")
     verdict = _verdict(strict, loose, not getattr(ctx, "missing", []))
-    why = (f"Iterations to target, cb-DyBW / cb-Full (paired): {'; '.join(parts)}. "
-           + _said(ctx, {"reproduced": "Same order: the dynamic rule drops late messages but the iterates converge "
-                                       "as fast per iteration.",
-                         "partly": "Same order of magnitude, but outside a factor 2 (or some runs missed the target).",
-                         "not": "Not the same order, or the target was not reached."}[verdict]) + _missing_text(ctx))
-    return Claim("C3", ["convergence_mnist", "convergence_cifar10"], "; ".join(parts) or "n/a", verdict, why,
-                 ["convergence_mnist", "convergence_cifar10"], table, values)
+    why = (
+        f"Iterations to target, cb-DyBW / cb-Full (paired): {'; '.join(parts)}. "
+        + _said(
+            ctx,
+            {
+                "reproduced": "Same order: the dynamic rule drops late messages but the iterates converge "
+                "as fast per iteration.",
+                "partly": "Same order of magnitude, but outside a factor 2 (or some runs missed the target).",
+                "not": "Not the same order, or the target was not reached.",
+            }[verdict],
+        )
+        + _missing_text(ctx)
+    )
+    return Claim(
+        "C3",
+        ["convergence_mnist", "convergence_cifar10"],
+        "; ".join(parts) or "n/a",
+        verdict,
+        why,
+        ["convergence_mnist", "convergence_cifar10"],
+        table,
+        values,
+    )
 
 
 def claim_c5(ctx: Context) -> Claim:
     parts, values, strict, loose = [], {}, [], []
-    table = ["| dataset | algorithm | final test accuracy | final training loss | time to target | accuracy vs cb-Full | time to target vs cb-Full |",
-             "|---|---|---|---|---|---|---|"]
+    table = [
+        "| dataset | algorithm | final test accuracy | final training loss | time to target | accuracy vs "
+        "cb-Full | time to target vs cb-Full |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, frame in _per_dataset(ctx):
         acc = analysis.difference(frame, DYBW, "final_test_accuracy")
         loss = analysis.difference(frame, DYBW, "final_train_loss")
         time_saved = analysis.reduction(frame, DYBW, "time_to_target")
-        values[name] = {"accuracy_points": {"mean": 100 * acc[0], "std": 100 * acc[1], "seeds": acc[2]},
-                           "train_loss_difference": {"mean": loss[0], "std": loss[1]},
-                           "time_to_target_reduction": {"mean": time_saved[0], "std": time_saved[1], "seeds": time_saved[2]}}
+        values[name] = {
+            "accuracy_points": {"mean": 100 * acc[0], "std": 100 * acc[1], "seeds": acc[2]},
+            "train_loss_difference": {"mean": loss[0], "std": loss[1]},
+            "time_to_target_reduction": {"mean": time_saved[0], "std": time_saved[1], "seeds": time_saved[2]},
+        }
         parts.append(f"{name} {fmt_pm(acc, 2, 100)} points, time to target {_pct(time_saved, 0)} shorter")
         faster = time_saved[2] > 0 and time_saved[0] > 0
         strict.append(acc[2] > 0 and abs(acc[0]) <= 0.01 and faster)
         loose.append(acc[2] > 0 and abs(acc[0]) <= 0.03)
         for label in style_order(frame):
             a = analysis.values(frame, "final_test_accuracy", label=label)
-            l = analysis.values(frame, "final_train_loss", label=label)
+            loss_stats = analysis.values(frame, "final_train_loss", label=label)
             t = analysis.values(frame, "time_to_target", label=label)
             if label == analysis.REFERENCE:
                 da, dt = "-", "-"
             else:
                 da = fmt_pm(analysis.difference(frame, label, "final_test_accuracy"), 2, 100) + " points"
                 dt = "-" + _pct(analysis.reduction(frame, label, "time_to_target"), 0)
-            table.append(f"| {name} | {label} | {fmt_pm(a, 4)} | {fmt_pm(l, 4)} | "
-                         f"{fmt_pm(t, 1, 1, ' s')} | {da} | {dt} |")
+            table.append(
+                f"| {name} | {label} | {fmt_pm(a, 4)} | {fmt_pm(loss_stats, 4)} | "
+                f"{fmt_pm(t, 1, 1, ' s')} | {da} | {dt} |"
+            )
     verdict = _verdict(strict, loose, not getattr(ctx, "missing", []))
-    why = (f"Final test accuracy of cb-DyBW minus cb-Full (paired): {'; '.join(parts)}. "
-           + _said(ctx, {"reproduced": "Comparable accuracy and loss, reached in a fraction of the virtual time.",
-                         "partly": "Accuracy within a few points, or no time gain on some dataset.",
-                         "not": "Accuracy differs by more than 3 points."}[verdict]) + _missing_text(ctx))
-    return Claim("C5", ["convergence_mnist", "convergence_cifar10"], "; ".join(parts) or "n/a", verdict, why,
-                 ["convergence_mnist", "convergence_cifar10"], table, values)
+    why = (
+        f"Final test accuracy of cb-DyBW minus cb-Full (paired): {'; '.join(parts)}. "
+        + _said(
+            ctx,
+            {
+                "reproduced": "Comparable accuracy and loss, reached in a fraction of the virtual time.",
+                "partly": "Accuracy within a few points, or no time gain on some dataset.",
+                "not": "Accuracy differs by more than 3 points.",
+            }[verdict],
+        )
+        + _missing_text(ctx)
+    )
+    return Claim(
+        "C5",
+        ["convergence_mnist", "convergence_cifar10"],
+        "; ".join(parts) or "n/a",
+        verdict,
+        why,
+        ["convergence_mnist", "convergence_cifar10"],
+        table,
+        values,
+    )
 
 
 def claim_c4(ctx: Context) -> Claim:
@@ -253,22 +328,33 @@ def claim_c4(ctx: Context) -> Claim:
     varies = change[2] > 0 and change[0] >= 0.10
     adapts = slow_u[2] > 0 and other_u[2] > 0 and slow_u[0] <= 0.5 * other_u[0]
     verdict = "reproduced" if varies and adapts else ("partly" if varies or adapts else "not")
-    number = (f"b_j(k) changes in {_pct(change)} of steps; slow senders' messages used {_pct(slow_u, 0)} "
-              f"vs {_pct(other_u, 0)}")
+    number = (
+        f"b_j(k) changes in {_pct(change)} of steps; slow senders' messages used {_pct(slow_u, 0)} "
+        f"vs {_pct(other_u, 0)}"
+    )
     slow_ids = usage["slow_ids"].iloc[0] if not usage.empty else []
-    why = (f"In the MNIST training runs, a worker's backup count changes from one iteration to the next in "
-           f"{_pct(change)} of (worker, iteration) pairs; its standard deviation over time is {fmt_pm(spread, 2)} "
-           f"(mean count {fmt_pm(mean_b, 2)}; the 5-95 % range of the per-iteration mean over workers is "
-           f"{fmt_pm(lo, 2)} to {fmt_pm(hi, 2)}). When the links out of workers {slow_ids} are 4x slower (clock "
-           f"simulation), their neighbours use their messages in {_pct(slow_u, 0)} of iterations against "
-           f"{_pct(other_u, 0)} for everyone else's (without slow links: {_pct(slow_0, 0)} and {_pct(other_0, 0)}): "
-           f"the slow workers become the backups. "
-           + {"reproduced": "The count varies over time and follows worker speed.",
-              "partly": "Only one of the two effects is clear.",
-              "not": "Neither effect is visible."}[verdict])
-    values = {"change_fraction": _ms(change), "std_over_time": _ms(spread),
-              "slow_senders_used": _ms(slow_u), "other_senders_used": _ms(other_u),
-              "slow_senders_used_without_slow_links": _ms(slow_0), "other_senders_used_without_slow_links": _ms(other_0)}
+    why = (
+        f"In the MNIST training runs, a worker's backup count changes from one iteration to the next in "
+        f"{_pct(change)} of (worker, iteration) pairs; its standard deviation over time is {fmt_pm(spread, 2)} "
+        f"(mean count {fmt_pm(mean_b, 2)}; the 5-95 % range of the per-iteration mean over workers is "
+        f"{fmt_pm(lo, 2)} to {fmt_pm(hi, 2)}). When the links out of workers {slow_ids} are 4x slower (clock "
+        f"simulation), their neighbours use their messages in {_pct(slow_u, 0)} of iterations against "
+        f"{_pct(other_u, 0)} for everyone else's (without slow links: {_pct(slow_0, 0)} and {_pct(other_0, 0)}): "
+        f"the slow workers become the backups. "
+        + {
+            "reproduced": "The count varies over time and follows worker speed.",
+            "partly": "Only one of the two effects is clear.",
+            "not": "Neither effect is visible.",
+        }[verdict]
+    )
+    values = {
+        "change_fraction": _ms(change),
+        "std_over_time": _ms(spread),
+        "slow_senders_used": _ms(slow_u),
+        "other_senders_used": _ms(other_u),
+        "slow_senders_used_without_slow_links": _ms(slow_0),
+        "other_senders_used_without_slow_links": _ms(other_0),
+    }
     return Claim("C4", ["backups"], number, verdict, why, ["backups"], [], values)
 
 
@@ -279,8 +365,10 @@ def _ms(stats) -> dict:
 def claim_c1(ctx: Context) -> Claim:
     jobs = ctx.select(spec="speedup")
     frame = ctx.summaries(jobs)
-    table = ["| step rule | algorithm | slope: iterations to target | slope: time to target | runs reaching the target |",
-             "|---|---|---|---|---|"]
+    table = [
+        "| step rule | algorithm | slope: iterations to target | slope: time to target | runs reaching the target |",
+        "|---|---|---|---|---|",
+    ]
     values, found = {}, {}
     if not frame.empty:
         its = analysis.slopes(frame, "iterations_to_target", by=("role", "sweep", "label"))
@@ -288,10 +376,16 @@ def claim_c1(ctx: Context) -> Claim:
         for (_, row), (_, trow) in zip(its.iterrows(), tts.iterrows()):
             stats = (row["slope"], row["slope_std"], row["seeds"])
             tstats = (trow["slope"], trow["slope_std"], trow["seeds"])
-            table.append(f"| {row['sweep']} | {row['label']} | {fmt_pm(stats, 2)} | {fmt_pm(tstats, 2)} | "
-                         f"{row['points']}/{row['jobs']} |")
-            values[f"{row['role']}/{row['label']}"] = {"iterations_slope": _ms(stats), "time_slope": _ms(tstats),
-                                                       "reached": row["points"], "jobs": row["jobs"]}
+            table.append(
+                f"| {row['sweep']} | {row['label']} | {fmt_pm(stats, 2)} | {fmt_pm(tstats, 2)} | "
+                f"{row['points']}/{row['jobs']} |"
+            )
+            values[f"{row['role']}/{row['label']}"] = {
+                "iterations_slope": _ms(stats),
+                "time_slope": _ms(tstats),
+                "reached": row["points"],
+                "jobs": row["jobs"],
+            }
             if row["label"] == DYBW:
                 found[row["role"]] = (stats, row["sweep"], row["points"] == row["jobs"])
     theorem = found.get("theorem", ((math.nan, math.nan, 0), "theorem", False))
@@ -304,53 +398,79 @@ def claim_c1(ctx: Context) -> Claim:
         verdict = "partly"
     else:
         verdict = "not"
-    number = (f"slope {fmt_pm(theorem[0], 2)} ({theorem[1]}); {fmt_pm(fixed[0], 2)} ({fixed[1]})")
+    number = f"slope {fmt_pm(theorem[0], 2)} ({theorem[1]}); {fmt_pm(fixed[0], 2)} ({fixed[1]})"
     ns = sorted(frame["num_workers"].unique()) if not frame.empty else []
     steps = frame[frame["role"] == "theorem"]["eta0"] if not frame.empty else pd.Series(dtype=float)
     growth = f"{steps.max() / steps.min():g}-fold" if len(steps) and steps.min() > 0 else "with N"
     span = f"N = {ns[0]}..{ns[-1]}" if ns else "N"
-    why = (f"Log-log slope of cb-DyBW's iterations to target against {span}: {fmt_pm(theorem[0], 2)} when the "
-           f"step grows with N as the theorem's step size implies, {fmt_pm(fixed[0], 2)} at a fixed step (-1 is "
-           f"linear speed-up). "
-           + (f"With the theorem's step the iterations fall like 1/N, but that step itself grows {growth} over the "
-              f"range; at a fixed step that is stable at every N, adding workers cuts the iterations only like "
-              f"N^{fixed[0][0]:.2f}. " if t_ok and not f_ok else "")
-           + ("Iterations fall like 1/N in both settings. " if t_ok and f_ok else "")
-           + ("Iterations do not fall like 1/N. " if not t_ok else "")
-           + ("The O(1/sqrt(NK)) term of the rate is the gradient-noise term that more workers average away; once "
-              "the 1/K (optimisation) term dominates, more workers at the same step no longer cut the iterations "
-              "(speedup.png: the fixed-step curve flattens at large N)." if not f_ok else ""))
+    why = (
+        f"Log-log slope of cb-DyBW's iterations to target against {span}: {fmt_pm(theorem[0], 2)} when the "
+        f"step grows with N as the theorem's step size implies, {fmt_pm(fixed[0], 2)} at a fixed step (-1 is "
+        f"linear speed-up). "
+        + (
+            f"With the theorem's step the iterations fall like 1/N, but that step itself grows {growth} over the "
+            f"range; at a fixed step that is stable at every N, adding workers cuts the iterations only like "
+            f"N^{fixed[0][0]:.2f}. "
+            if t_ok and not f_ok
+            else ""
+        )
+        + ("Iterations fall like 1/N in both settings. " if t_ok and f_ok else "")
+        + ("Iterations do not fall like 1/N. " if not t_ok else "")
+        + (
+            "The O(1/sqrt(NK)) term of the rate is the gradient-noise term that more workers average away; once "
+            "the 1/K (optimisation) term dominates, more workers at the same step no longer cut the iterations "
+            "(speedup.png: the fixed-step curve flattens at large N)."
+            if not f_ok
+            else ""
+        )
+    )
     return Claim("C1", ["speedup"], number, verdict, why, ["speedup"], table, values)
 
 
 def claim_c6(ctx: Context) -> Claim:
     frame = _summaries(ctx, "noniid")
     values, checks, parts = {}, [], []
-    table = ["| split | reduction of T vs cb-Full | iterations to target, DyBW/Full | accuracy vs cb-Full | final accuracy cb-DyBW | final accuracy cb-Full |",
-             "|---|---|---|---|---|---|"]
+    table = [
+        "| split | reduction of T vs cb-Full | iterations to target, DyBW/Full | accuracy vs cb-Full | final "
+        "accuracy cb-DyBW | final accuracy cb-Full |",
+        "|---|---|---|---|---|---|",
+    ]
     for split in dict.fromkeys(frame["split"]) if not frame.empty else []:
         red = analysis.reduction(frame, DYBW, split=split)
         its = analysis.ratio(frame, DYBW, "iterations_to_target", split=split)
         acc = analysis.difference(frame, DYBW, "final_test_accuracy", split=split)
         a_d = analysis.values(frame, "final_test_accuracy", label=DYBW, split=split)
         a_f = analysis.values(frame, "final_test_accuracy", label=analysis.REFERENCE, split=split)
-        hit = [analysis.reached(frame, label=l, split=split) for l in (DYBW, analysis.REFERENCE)]
-        table.append(f"| {split} | {_pct(red)} | {fmt_pm(its, 2)}x | {fmt_pm(acc, 2, 100)} points | "
-                     f"{fmt_pm(a_d, 4)} | {fmt_pm(a_f, 4)} |")
-        values[split] = {"reduction": _ms(red), "iterations_ratio": _ms(its),
-                         "accuracy_points": {"mean": 100 * acc[0], "std": 100 * acc[1], "seeds": acc[2]}}
+        hit = [analysis.reached(frame, label=name, split=split) for name in (DYBW, analysis.REFERENCE)]
+        table.append(
+            f"| {split} | {_pct(red)} | {fmt_pm(its, 2)}x | {fmt_pm(acc, 2, 100)} points | "
+            f"{fmt_pm(a_d, 4)} | {fmt_pm(a_f, 4)} |"
+        )
+        values[split] = {
+            "reduction": _ms(red),
+            "iterations_ratio": _ms(its),
+            "accuracy_points": {"mean": 100 * acc[0], "std": 100 * acc[1], "seeds": acc[2]},
+        }
         if split != "iid":
             everyone = all(h[0] == h[1] and h[1] > 0 for h in hit)
-            checks = [red[2] > 0 and red[0] >= 0.65, everyone and its[2] > 0 and 0.5 <= its[0] <= 2,
-                      acc[2] > 0 and abs(acc[0]) <= 0.01]
-            parts.append(f"{split}: T {_pct(red)} shorter, iterations {fmt_pm(its, 2)}x, accuracy "
-                         f"{fmt_pm(acc, 2, 100)} points")
+            checks = [
+                red[2] > 0 and red[0] >= 0.65,
+                everyone and its[2] > 0 and 0.5 <= its[0] <= 2,
+                acc[2] > 0 and abs(acc[0]) <= 0.01,
+            ]
+            parts.append(
+                f"{split}: T {_pct(red)} shorter, iterations {fmt_pm(its, 2)}x, accuracy {fmt_pm(acc, 2, 100)} points"
+            )
     verdict = "reproduced" if checks and all(checks) else ("partly" if any(checks) else "not")
-    why = (f"On the non-i.i.d. split, cb-DyBW vs cb-Full (paired): {'; '.join(parts) or 'no runs'}. "
-           + {"reproduced": "The iteration-time cut, the iterations to target and the accuracy all hold as with "
-                            "i.i.d. data.",
-              "partly": "Some of the i.i.d. results hold, not all.",
-              "not": "The gains do not carry over."}[verdict])
+    why = (
+        f"On the non-i.i.d. split, cb-DyBW vs cb-Full (paired): {'; '.join(parts) or 'no runs'}. "
+        + {
+            "reproduced": "The iteration-time cut, the iterations to target and the accuracy all hold as with "
+            "i.i.d. data.",
+            "partly": "Some of the i.i.d. results hold, not all.",
+            "not": "The gains do not carry over.",
+        }[verdict]
+    )
     return Claim("C6", ["noniid"], "; ".join(parts) or "n/a", verdict, why, ["noniid"], table, values)
 
 
@@ -358,6 +478,7 @@ CLAIMS = [claim_c1, claim_c2, claim_c3, claim_c4, claim_c5, claim_c6]
 
 
 # --- the file --------------------------------------------------------------------------------------------
+
 
 def build(ctx: Context, specs: dict[str, Spec], quick: bool, base_command: str) -> tuple[str, dict]:
     ctx.missing = []
@@ -369,8 +490,8 @@ def build(ctx: Context, specs: dict[str, Spec], quick: bool, base_command: str) 
         "*Straggler-Resilient Distributed Machine Learning with Dynamic Backup Workers* (Xiong, Yan, Singh, Li, 2021).",
         f"Generated by {base_command} from the results files; every number below is read from them (mean ± "
         "standard deviation over seeds; comparisons with cb-Full are paired by seed, i.e. same delays and "
-        "minibatches). Do not edit: rerun the command." + (" **Quick mode: tiny synthetic runs, not the paper's "
-                                                               "setting.**" if quick else ""),
+        "minibatches). Do not edit: rerun the command."
+        + (" **Quick mode: tiny synthetic runs, not the paper's setting.**" if quick else ""),
         "",
         "| claim | the paper says | our figure | our number | verdict |",
         "|---|---|---|---|---|",
@@ -378,8 +499,12 @@ def build(ctx: Context, specs: dict[str, Spec], quick: bool, base_command: str) 
     for c in claims:
         figs = ", ".join(_link(f) for f in c.figures)
         lines.append(f"| {c.key} | {PAPER[c.key]} | {figs} | {c.number} | **{c.verdict}** |")
-    lines += ["", "Verdict rules (applied mechanically to the numbers; the thresholds of C2, C3 and C5 are the "
-              "acceptance criteria of the reproduction):", ""]
+    lines += [
+        "",
+        "Verdict rules (applied mechanically to the numbers; the thresholds of C2, C3 and C5 are the "
+        "acceptance criteria of the reproduction):",
+        "",
+    ]
     lines += [f"- **{k}** {v}" for k, v in RULES.items()]
     for c in claims:
         lines += ["", f"## {c.key}: {PAPER[c.key]}", "", f"**Verdict: {c.verdict}.** {c.why}", ""]
@@ -394,7 +519,7 @@ def build(ctx: Context, specs: dict[str, Spec], quick: bool, base_command: str) 
             lines += ["", "or, job by job, the same result directories with `run.py`:", "", "```"]
             lines += commands + ["```"]
     lines += ["", "## Runs used", "", "| spec | jobs | completed | results |", "|---|---|---|---|"]
-    for name, spec in specs.items():
+    for name in specs:
         own = [j for j in ctx.jobs if j.spec == name]
         if not own:
             continue

@@ -79,7 +79,9 @@ def run_jobs(name: str, jobs: list[Job], results: Path, stream=sys.stdout) -> di
             counts["reused"] += 1
         else:
             todo.append(job)
-    print(f"[{name}] {len(jobs)} jobs: {counts['reused']} already completed, {len(todo)} to run", file=stream, flush=True)
+    print(
+        f"[{name}] {len(jobs)} jobs: {counts['reused']} already completed, {len(todo)} to run", file=stream, flush=True
+    )
     for i, job in enumerate(todo, 1):
         t0 = time.perf_counter()
         summary, note = run_one(job, results)
@@ -88,13 +90,18 @@ def run_jobs(name: str, jobs: list[Job], results: Path, stream=sys.stdout) -> di
         what = f"{job.experiment}/{job.dirname}"
         if ok:
             acc = summary.get("final_test_accuracy")
-            result = (f"acc {acc:.3f}, " if acc is not None else "") + \
-                f"T {1000 * summary['mean_iteration_duration']:.1f} ms"
+            result = (
+                f"acc {acc:.3f}, " if acc is not None else ""
+            ) + f"T {1000 * summary['mean_iteration_duration']:.1f} ms"
         else:
             result = (summary or {}).get("status", "failed") + (f" ({note})" if note else "")
             note = ""
-        print(f"[{name}] {counts['reused'] + i}/{len(jobs)} {job.kind:5s} {what}: {result} "
-              f"({time.perf_counter() - t0:.1f} s; elapsed {time.perf_counter() - started:.0f} s)"
-              + (f" [{note}]" if note else ""), file=stream, flush=True)
+        print(
+            f"[{name}] {counts['reused'] + i}/{len(jobs)} {job.kind:5s} {what}: {result} "
+            f"({time.perf_counter() - t0:.1f} s; elapsed {time.perf_counter() - started:.0f} s)"
+            + (f" [{note}]" if note else ""),
+            file=stream,
+            flush=True,
+        )
     counts["seconds"] = time.perf_counter() - started
     return counts

@@ -117,8 +117,11 @@ def _sweep(raw: dict, where: str) -> Sweep:
         raise ConfigError(where, raw, "a sweep is a mapping (kind, base, variants, grid, zip, quick)")
     unknown = set(raw) - {"kind", "label", "role", "base", "variants", "grid", "zip", "quick"}
     if unknown:
-        raise ConfigError(f"{where}.{sorted(unknown)[0]}", None,
-                          "unknown key; valid: kind, label, role, base, variants, grid, zip, quick")
+        raise ConfigError(
+            f"{where}.{sorted(unknown)[0]}",
+            None,
+            "unknown key; valid: kind, label, role, base, variants, grid, zip, quick",
+        )
     kind = raw.get("kind", "train")
     if kind not in KINDS:
         raise ConfigError(f"{where}.kind", kind, "choose one of: " + ", ".join(KINDS))
@@ -134,8 +137,16 @@ def _sweep(raw: dict, where: str) -> Sweep:
     lengths = {len(v) for v in (zipped.get("values") or {}).values()}
     if len(lengths) > 1:
         raise ConfigError(f"{where}.zip.values", zipped.get("values"), "lists swept together must have equal lengths")
-    return Sweep(kind=kind, label=str(raw.get("label", kind)), role=str(raw.get("role", "")), base=dict(raw.get("base") or {}),
-                 variants=variants, grid=grid, zip=zipped, quick=dict(raw.get("quick") or {}))
+    return Sweep(
+        kind=kind,
+        label=str(raw.get("label", kind)),
+        role=str(raw.get("role", "")),
+        base=dict(raw.get("base") or {}),
+        variants=variants,
+        grid=grid,
+        zip=zipped,
+        quick=dict(raw.get("quick") or {}),
+    )
 
 
 def load_spec(path: Path) -> Spec:
@@ -152,8 +163,16 @@ def load_spec(path: Path) -> Spec:
     jobs_from = list(raw.get("jobs_from") or [])
     if not sweeps and not jobs_from:
         raise ConfigError(where, None, "a spec needs sweeps or jobs_from")
-    return Spec(name=path.stem, path=path, title=title, figure=figure, why=str(raw.get("why", "")),
-                jobs_from=jobs_from, sweeps=sweeps, raw=raw)
+    return Spec(
+        name=path.stem,
+        path=path,
+        title=title,
+        figure=figure,
+        why=str(raw.get("why", "")),
+        jobs_from=jobs_from,
+        sweeps=sweeps,
+        raw=raw,
+    )
 
 
 def load_specs(directory: Path) -> dict[str, Spec]:
@@ -292,8 +311,16 @@ def _job(composer: Composer, spec: str, kind: str, overrides: list[str], params:
     from .clock import VERSION
 
     digest = config_hash(plain) if kind == "train" else config_hash({**plain, "clock_only": VERSION})
-    return Job(spec=spec, kind=kind, overrides=overrides, params=params, experiment=str(plain["experiment_name"]),
-               dirname=composer.dirname(overrides), plain=plain, digest=digest)
+    return Job(
+        spec=spec,
+        kind=kind,
+        overrides=overrides,
+        params=params,
+        experiment=str(plain["experiment_name"]),
+        dirname=composer.dirname(overrides),
+        plain=plain,
+        digest=digest,
+    )
 
 
 def own_jobs(spec: Spec, composer: Composer, quick: bool) -> list[Job]:
@@ -323,8 +350,11 @@ def unique(jobs: list[Job]) -> list[Job]:
     for job in jobs:
         existing = by_dir.get(job.relative_dir)
         if existing is not None and existing.digest != job.digest:
-            raise ConfigError(str(job.relative_dir), job.overrides,
-                              f"two specs ({existing.spec}, {job.spec}) name the same job directory with different configs")
+            raise ConfigError(
+                str(job.relative_dir),
+                job.overrides,
+                f"two specs ({existing.spec}, {job.spec}) name the same job directory with different configs",
+            )
         by_dir.setdefault(job.relative_dir, job)
     return list(by_dir.values())
 

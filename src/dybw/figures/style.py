@@ -23,9 +23,19 @@ DASHES = {"iid": "-", "shards": "--", "dirichlet": ":"}
 
 
 def setup() -> None:
-    sns.set_theme(context="paper", style="whitegrid", font_scale=1.15,
-                  rc={"axes.titleweight": "bold", "axes.titlesize": 11, "legend.frameon": False,
-                      "savefig.dpi": 150, "figure.dpi": 100, "pdf.fonttype": 42})
+    sns.set_theme(
+        context="paper",
+        style="whitegrid",
+        font_scale=1.15,
+        rc={
+            "axes.titleweight": "bold",
+            "axes.titlesize": 11,
+            "legend.frameon": False,
+            "savefig.dpi": 150,
+            "figure.dpi": 100,
+            "pdf.fonttype": 42,
+        },
+    )
 
 
 def color(label: str, index: int = 0) -> str:
@@ -34,17 +44,18 @@ def color(label: str, index: int = 0) -> str:
 
 def ordered(labels) -> list[str]:
     labels = list(dict.fromkeys(labels))
-    return sorted(labels, key=lambda l: (ORDER.index(l) if l in ORDER else len(ORDER), str(l)))
+    return sorted(labels, key=lambda name: (ORDER.index(name) if name in ORDER else len(ORDER), str(name)))
 
 
 def palette(labels) -> dict[str, str]:
-    extra = [l for l in ordered(labels) if l not in COLORS]
-    return {l: color(l, extra.index(l) if l in extra else 0) for l in ordered(labels)}
+    extra = [name for name in ordered(labels) if name not in COLORS]
+    return {name: color(name, extra.index(name) if name in extra else 0) for name in ordered(labels)}
 
 
 def figure(ncols: int, nrows: int = 1, width: float = 4.0, height: float = 3.2, **kwargs):
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), layout="constrained",
-                             squeeze=False, **kwargs)
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(width * ncols, height * nrows), layout="constrained", squeeze=False, **kwargs
+    )
     return fig, axes
 
 
@@ -71,8 +82,15 @@ def panel_letters(axes) -> None:
 
 def top_legend(fig, handles, labels, ncol: int | None = None) -> None:
     """The single legend of a figure: centred above the panels (the title goes above it in :func:`finish`)."""
-    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=ncol or len(labels),
-               frameon=False, bbox_transform=fig.transFigure)
+    fig.legend(
+        handles,
+        labels,
+        loc="lower center",
+        bbox_to_anchor=(0.5, 1.0),
+        ncol=ncol or len(labels),
+        frameon=False,
+        bbox_transform=fig.transFigure,
+    )
 
 
 def finish(fig, out: Path, name: str, title: str, caption: str) -> list[Path]:
@@ -97,6 +115,7 @@ def finish(fig, out: Path, name: str, title: str, caption: str) -> list[Path]:
 
 # --- setup text for captions, from a composed config -----------------------------------------------------
 
+
 def _ms(seconds: float) -> str:
     return f"{1000 * seconds:g} ms"
 
@@ -119,15 +138,21 @@ def describe_delay(spec: dict) -> str:
     if spec.get("slow_prob", 0):
         text += f", x{spec.get('slow_factor', 1):g} w.p. {spec['slow_prob']:g}"
     if spec.get("persistent_ids") or spec.get("persistent_fraction", 0):
-        who = (f"workers {spec['persistent_ids']}" if spec.get("persistent_ids")
-               else f"{spec['persistent_fraction']:.0%} of links")
+        who = (
+            f"workers {spec['persistent_ids']}"
+            if spec.get("persistent_ids")
+            else f"{spec['persistent_fraction']:.0%} of links"
+        )
         text += f", x{spec.get('persistent_factor', 1):g} for {who}"
     return text
 
 
 def describe_graph(plain: dict, topology: dict | None) -> str:
     topo = plain["topology"]
-    name = {"erdos_renyi": f"Erdos-Renyi graph (p={topo.get('p')})", "random_regular": f"random {topo.get('d')}-regular graph"}
+    name = {
+        "erdos_renyi": f"Erdos-Renyi graph (p={topo.get('p')})",
+        "random_regular": f"random {topo.get('d')}-regular graph",
+    }
     text = name.get(topo["name"], f"{topo['name']} graph")
     if topology and topology.get("degrees"):
         text += f", degrees {min(topology['degrees'])}-{max(topology['degrees'])}"
@@ -138,23 +163,31 @@ def describe_training(plain: dict, step: bool = True) -> str:
     data, model, algo = plain["dataset"], plain["model"], plain["algo"]
     features = f"PCA-{data['pca_dim']}" if data.get("pca_dim") else f"{data.get('input_dim', '')}-d"
     model_text = "logistic regression" if model["name"] == "logreg" else f"MLP {model['hidden']}"
-    split = {"iid": "i.i.d. split", "shards": f"label shards ({data['shards_per_worker']} per worker)",
-             "dirichlet": f"Dirichlet(alpha={data['dirichlet_alpha']}) split"}[data["split"]]
+    split = {
+        "iid": "i.i.d. split",
+        "shards": f"label shards ({data['shards_per_worker']} per worker)",
+        "dirichlet": f"Dirichlet(alpha={data['dirichlet_alpha']}) split",
+    }[data["split"]]
     step_text = f"step {algo['eta0']:g}" + ("" if algo["delta"] == 1 else f" x {algo['delta']:g}^k")
     name = {"mnist": "MNIST", "cifar10": "CIFAR-10", "synthetic": "synthetic Gaussian mixture"}[data["name"]]
-    return (f"{name} ({features}, {split}), {model_text}, batch {data['batch_size']} per worker, "
-            + (f"{step_text}, " if step else "") + f"{plain['iterations']} iterations")
+    return (
+        f"{name} ({features}, {split}), {model_text}, batch {data['batch_size']} per worker, "
+        + (f"{step_text}, " if step else "")
+        + f"{plain['iterations']} iterations"
+    )
 
 
 def describe_clock(plain: dict, topology: dict | None = None) -> str:
     s = plain["straggler"]
-    return (f"N={plain['num_workers']} workers on an {describe_graph(plain, topology)}; delays '{s['name']}': "
-            f"compute {describe_delay(s['compute'])}, links {describe_delay(s['link'])}; "
-            f"{plain['protocol']['sync']}, {plain['algo']['update'].upper()}")
+    return (
+        f"N={plain['num_workers']} workers on an {describe_graph(plain, topology)}; delays '{s['name']}': "
+        f"compute {describe_delay(s['compute'])}, links {describe_delay(s['link'])}; "
+        f"{plain['protocol']['sync']}, {plain['algo']['update'].upper()}"
+    )
 
 
 def seeds_text(seeds) -> str:
-    seeds = sorted(set(int(s) for s in seeds))
+    seeds = sorted({int(s) for s in seeds})
     if not seeds:
         return "no seeds"
     if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2:

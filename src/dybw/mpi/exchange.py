@@ -31,8 +31,10 @@ def hosting_order(adjacency: np.ndarray, groups: list[np.ndarray], rank: int) ->
     does not change any number: a worker's step and its mixing sum do not depend on where its row is.
     """
     mine = groups[rank]
-    peers_of = [tuple(peer for peer, theirs in enumerate(groups) if peer != rank and adjacency[worker, theirs].any())
-                for worker in mine]
+    peers_of = [
+        tuple(peer for peer, theirs in enumerate(groups) if peer != rank and adjacency[worker, theirs].any())
+        for worker in mine
+    ]
     order = sorted(range(len(mine)), key=lambda a: (not peers_of[a], peers_of[a], mine[a]))
     return mine[order]
 
@@ -53,7 +55,7 @@ class ExchangePlan:
         return self.orders[self.rank]
 
     @classmethod
-    def build(cls, adjacency: np.ndarray, groups: list[np.ndarray], rank: int) -> "ExchangePlan":
+    def build(cls, adjacency: np.ndarray, groups: list[np.ndarray], rank: int) -> ExchangePlan:
         orders = [hosting_order(adjacency, groups, r) for r in range(len(groups))]
         mine = orders[rank]
         send_rows, recv_workers = {}, {}
@@ -110,7 +112,7 @@ def aligned_zeros(shape, alignment: int = 64) -> np.ndarray:
     size = int(np.prod(shape)) * 4
     raw = np.zeros(size + alignment, np.uint8)
     offset = -raw.ctypes.data % alignment
-    return raw[offset:offset + size].view(np.float32).reshape(shape)
+    return raw[offset : offset + size].view(np.float32).reshape(shape)
 
 
 class NeighbourExchange:
@@ -132,8 +134,10 @@ class NeighbourExchange:
         counts = [len(plan.recv_workers[peer]) for peer in sorted(plan.recv_workers)]
         self.received = aligned_zeros((sum(counts), num_params))  # TF reads it in place: 64-byte aligned
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(int)
-        self.receives = [(peer, self.received[start:stop])
-                         for peer, start, stop in zip(sorted(plan.recv_workers), offsets[:-1], offsets[1:])]
+        self.receives = [
+            (peer, self.received[start:stop])
+            for peer, start, stop in zip(sorted(plan.recv_workers), offsets[:-1], offsets[1:])
+        ]
         row = MPI.FLOAT.Create_contiguous(num_params).Commit()
         self.sends = []
         for peer in sorted(plan.send_rows):

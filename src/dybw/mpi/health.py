@@ -33,10 +33,19 @@ class Heartbeat:
         now = time.time()
         if force or finished or now - self._last >= self.interval:
             self._last = now
-            atomic_write_text(self.path, json.dumps({"rank": self.rank, "pid": os.getpid(),
-                                                     "host": HOST, "iteration": iteration,
-                                                     "time": now, "finished": finished}))
-
+            atomic_write_text(
+                self.path,
+                json.dumps(
+                    {
+                        "rank": self.rank,
+                        "pid": os.getpid(),
+                        "host": HOST,
+                        "iteration": iteration,
+                        "time": now,
+                        "finished": finished,
+                    }
+                ),
+            )
 
     def waiting(self) -> None:
         """Alive, blocked on a peer: keeps beating so that only a truly stuck rank falls silent."""

@@ -10,6 +10,7 @@ group is then killed.  Whatever rank 0 measured before stays in the job director
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -59,8 +60,10 @@ def launch_command(cfg, job_dir: Path) -> list[str]:
     launcher = [part.format(ranks=ranks) for part in cfg.runner.launcher]
     program = find_launcher(launcher[0])
     if program is None:
-        raise DybwError(f"runner.launcher={cfg.runner.launcher!r} is invalid: {launcher[0]!r} is not on PATH "
-                        f"(pip install mpich provides mpiexec; runner=local needs no MPI)")
+        raise DybwError(
+            f"runner.launcher={cfg.runner.launcher!r} is invalid: {launcher[0]!r} is not on PATH "
+            f"(pip install mpich provides mpiexec; runner=local needs no MPI)"
+        )
     return [program, *launcher[1:], sys.executable, "-m", "dybw.mpi", str(job_dir)]
 
 
@@ -162,14 +165,10 @@ def _kill_world(process: subprocess.Popen, job_dir: Path) -> None:
     victims = _descendants(process.pid)
     victims += [b["pid"] for b in read_heartbeats(job_dir).values() if b["host"] == HOST]
     for pid in [process.pid, *victims]:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def _silent_rank(beats: dict, ranks: int, started: float, timeout_s: float, startup_timeout_s: float) -> str | None:
@@ -189,8 +188,11 @@ def _silent_rank(beats: dict, ranks: int, started: float, timeout_s: float, star
             continue
         silence = now - (beat["time"] if beat is not None else started)
         if silence > limit:
-            where = f"last heartbeat at iteration {beat['iteration']}" if beat is not None and beat["iteration"] >= 0 \
+            where = (
+                f"last heartbeat at iteration {beat['iteration']}"
+                if beat is not None and beat["iteration"] >= 0
                 else "while starting"
+            )
             name = "runner.timeout_s" if started_iterating else "runner.startup_timeout_s"
             return f"rank {rank} sent no heartbeat for {silence:.0f} s ({where}); stopped after {name}={limit:g}"
     return None
@@ -229,11 +231,11 @@ def _dead_rank(process: subprocess.Popen, beats: dict, output, exits: list[int])
     return f"rank {rank} (pid {beat['pid']}) died (last heartbeat at iteration {beat['iteration']})"
 
 
-def watch(process: subprocess.Popen, job_dir: Path, ranks: int, timeout_s: float,
-          startup_timeout_s: float, output=lambda: "") -> str | None:
+def watch(
+    process: subprocess.Popen, job_dir: Path, ranks: int, timeout_s: float, startup_timeout_s: float, output=lambda: ""
+) -> str | None:
     """Wait for the world to end; returns None on success, else one line naming the failed rank."""
     started = time.time()
-    failure = None
     exits = _DeathWatch(job_dir, ranks)
     exits.start()
     try:
@@ -252,17 +254,22 @@ def _watch(process, job_dir, ranks, timeout_s, startup_timeout_s, output, starte
             failure = f"rank {rank} failed: {errors[rank]}"
             break
         beats = read_heartbeats(job_dir)
-        failure = _dead_rank(process, beats, output, exits) or _silent_rank(beats, ranks, started, timeout_s,
-                                                                      startup_timeout_s)
+        failure = _dead_rank(process, beats, output, exits) or _silent_rank(
+            beats, ranks, started, timeout_s, startup_timeout_s
+        )
         if failure:
             break
     if failure is None and process.returncode != 0:
         errors = read_errors(job_dir)
         beats = read_heartbeats(job_dir)
         rank = _reported_rank(output(), beats)
-        failure = (f"rank {min(errors)} failed: {errors[min(errors)]}" if errors
-                   else f"rank {rank} (pid {beats[rank]['pid']}) terminated badly" if rank is not None
-                   else f"the MPI launcher exited with code {process.returncode}")
+        failure = (
+            f"rank {min(errors)} failed: {errors[min(errors)]}"
+            if errors
+            else f"rank {rank} (pid {beats[rank]['pid']}) terminated badly"
+            if rank is not None
+            else f"the MPI launcher exited with code {process.returncode}"
+        )
     return failure
 
 
@@ -275,20 +282,28 @@ def launch_job(cfg, job_dir: Path, plain: dict, digest: str) -> dict:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     # parent: the ranks watch this process and exit if it dies (even by SIGKILL), so none is orphaned
-    atomic_write_json(folder / "job.json", {"config": plain, "digest": digest, "parent": {"pid": os.getpid(),
-                                                                                        "host": HOST}})
+    atomic_write_json(
+        folder / "job.json", {"config": plain, "digest": digest, "parent": {"pid": os.getpid(), "host": HOST}}
+    )
     (job_dir / "summary.json").unlink(missing_ok=True)
     command = launch_command(cfg, job_dir)
     ranks = resolve_ranks(cfg)
     started = time.perf_counter()
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
     forwarder = _Forwarder(process.stdout)
     forwarder.start()
     failure = None
     try:
-        failure = watch(process, job_dir, ranks, cfg.runner.timeout_s, cfg.runner.startup_timeout_s,
-                        lambda: forwarder.tail.decode(errors="replace"))
+        failure = watch(
+            process,
+            job_dir,
+            ranks,
+            cfg.runner.timeout_s,
+            cfg.runner.startup_timeout_s,
+            lambda: forwarder.tail.decode(errors="replace"),
+        )
     except KeyboardInterrupt as error:
         failure = interruption(error)
         raise

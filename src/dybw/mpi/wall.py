@@ -38,8 +38,10 @@ POLL_SECONDS = 0.0002
 class WallClockEngine(SharedEvaluation, LocalEngine):
     def __init__(self, comm, cfg, graph, dataset, network, on_iteration=None, on_wait=None):
         if comm.size != cfg.num_workers:
-            raise ValueError(f"the wall clock runs one worker per rank: {cfg.num_workers} workers need "
-                             f"{cfg.num_workers} ranks, not {comm.size}")
+            raise ValueError(
+                f"the wall clock runs one worker per rank: {cfg.num_workers} workers need "
+                f"{cfg.num_workers} ranks, not {comm.size}"
+            )
         self.comm, self.me = comm, comm.rank
         super().__init__(cfg, graph, dataset, network, workers=[comm.rank])
         self.graph = graph
@@ -206,14 +208,18 @@ class WallClockEngine(SharedEvaluation, LocalEngine):
 
         self._wait_barrier()
         paused = MPI.Wtime()
-        bad = np.array([iteration * self.cfg.num_workers if first_bad is None else first_bad * self.cfg.num_workers + self.me],
-                       dtype=np.int64)
+        bad = np.array(
+            [iteration * self.cfg.num_workers if first_bad is None else first_bad * self.cfg.num_workers + self.me],
+            dtype=np.int64,
+        )
         self.comm.Allreduce(MPI.IN_PLACE, bad, op=MPI.MIN)
         self._gather_timeline(record, done)
         if bad[0] < iteration * self.cfg.num_workers:
             k_bad, worker = divmod(int(bad[0]), self.cfg.num_workers)
-            raise Diverged(f"diverged at iteration {k_bad}: worker {worker}'s loss is not finite "
-                           f"(lower algo.eta0={self.cfg.algo.eta0})")
+            raise Diverged(
+                f"diverged at iteration {k_bad}: worker {worker}'s loss is not finite "
+                f"(lower algo.eta0={self.cfg.algo.eta0})"
+            )
         if iteration > 0 and time_now is None:
             time_now = float(self.timeline.end[done - 1]) if self.me == 0 else 0.0
         row = self._evaluation_row(iteration, time_now or 0.0, lr, started)
