@@ -10,14 +10,14 @@ used across the range); configs are composed with Hydra exactly as ``tests/helpe
 
 For every model and N, in one process, after a warm-up (XLA compilation excluded):
 
-(A)  bare step: ``BatchedTrainer.step`` of the engine's own trainer (the same compiled XLA program) called
+(A)  bare step: ``StackedTrainer.step`` of the engine's own trainer (the same compiled XLA program) called
      K times with one fixed precomputed ``[N, B]`` index tensor, one fixed ``W`` and the learning rate:
      the floor -- the batched TF step and the ``.numpy()`` of its losses, nothing else.
 (A') the same, cycling through a chunk of real, different indices and ``W`` converted beforehand: the
      floor that pays the cache misses of gathering different rows every iteration, as a run does.
-(B)  engine: ``LocalEngine.run`` for K iterations (K a multiple of ``runner.chunk``) with
+(B)  engine: ``IterationEngine.run`` for K iterations (K a multiple of ``runner.chunk``) with
      ``eval_every = K``, from a fresh schedule and timeline; the time inside the two evaluations it still
-     makes (k = 0 and k = K) is measured by wrapping ``LocalEngine._evaluate`` and subtracted, so B is
+     makes (k = 0 and k = K) is measured by wrapping ``IterationEngine._evaluate`` and subtracted, so B is
      everything the engine does per iteration: delay draws, virtual clock, mixing matrices, batch
      sampling, tf conversion, the step, the divergence check and bookkeeping.  B is also split into the
      steps it calls, ``Schedule.next_chunk`` and the rest of its loop (wrappers around both).
@@ -50,7 +50,7 @@ from dybw.tf_setup import import_tensorflow  # noqa: E402  (before any other TF 
 tf = import_tensorflow()
 
 from dybw.data import load_dataset  # noqa: E402
-from dybw.engine import LocalEngine, Schedule, Timeline  # noqa: E402
+from dybw.engine import IterationEngine, Schedule, Timeline  # noqa: E402
 from dybw.mixing import gathered_weights  # noqa: E402
 from dybw.models import build_network  # noqa: E402
 
@@ -59,11 +59,11 @@ QUICK_WORKERS = (8, 16)
 MODELS = ("logreg", "mlp")
 GOAL = 1.3
 LEGEND = (
-    "A = bare BatchedTrainer.step, fixed inputs; A′ = the same cycling through a chunk of real, different "
-    "inputs converted beforehand; B = LocalEngine.run per iteration, evaluations excluded, split into the "
+    "A = bare StackedTrainer.step, fixed inputs; A′ = the same cycling through a chunk of real, different "
+    "inputs converted beforehand; B = IterationEngine.run per iteration, evaluations excluded, split into the "
     "steps it calls / Schedule.next_chunk / the rest of its loop (tf conversion and slicing, checks, "
     "bookkeeping); ratios = medians of the ratios of measurements taken back to back (cpu: the same with "
-    "process CPU time); eval = one evaluation; C = LocalEngine.run with eval_every=10, evaluations "
+    "process CPU time); eval = one evaluation; C = IterationEngine.run with eval_every=10, evaluations "
     "included; load = highest 1-min load average seen (this benchmark alone makes ~2 on 2 cores: more means "
     "other processes competed for the CPU). Times in ms per iteration, medians."
 )
@@ -151,7 +151,7 @@ class Case:
             self.cfg.dataset, self.cfg.num_workers, self.cfg.data_seed, data_dir=self.cfg.data_dir
         )
         self.network = build_network(self.cfg.model, self.dataset.input_dim, self.dataset.num_classes)
-        self.engine = LocalEngine(self.cfg, self.graph, self.dataset, self.network)
+        self.engine = IterationEngine(self.cfg, self.graph, self.dataset, self.network)
         self.setup_seconds = time.perf_counter() - started
         trainer = self.trainer = self.engine.trainer
         self.initial = np.tile(self.network.initial_params(self.cfg.model_seed)[None, :], (num_workers, 1))
@@ -215,7 +215,7 @@ class Case:
         return (now() - started) / iterations
 
     def run(self, iterations: int, eval_every: int) -> dict:
-        """One ``LocalEngine.run``: (wall, cpu) seconds in all, in each evaluation, in steps, in next_chunk."""
+        """One ``IterationEngine.run``: (wall, cpu) seconds in all, in each evaluation, in steps, in next_chunk."""
         self.reset(iterations, eval_every)
         self.evals, self.in_steps, self.in_chunks = [], np.zeros(2), np.zeros(2)
         started = now()

@@ -38,7 +38,7 @@ def compose(overrides: list[str]):
 
 def run_config(overrides: list[str], job_dir: Path) -> dict:
     """Validate and run one job into ``job_dir``; returns its summary."""
-    from dybw.job import run_job
+    from dybw.runners import run_job
 
     cfg, plain = compose(overrides)
     graph = validate(cfg)
@@ -50,3 +50,14 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.Comp
     return subprocess.run(
         [sys.executable, str(REPO / "run.py"), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
     )
+
+
+def topology(name: str, **values):
+    """The typed topology config of ``conf/topology/<name>.yaml``, with ``values`` replacing its keys."""
+    import yaml
+
+    from dybw.schema import build
+    from dybw.topology import TOPOLOGY_CONFIGS
+
+    plain = {**yaml.safe_load((CONF / "topology" / f"{name}.yaml").read_text()), **values}
+    return build(TOPOLOGY_CONFIGS[name], plain, "topology")

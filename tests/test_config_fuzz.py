@@ -1,4 +1,4 @@
-"""Property tests of the configuration front door (issue 6 item 5, DESIGN.md §10).
+"""Property tests of the configuration front door: bad input is one line, before any work starts.
 
 (a) Random **invalid** command lines — out-of-range values, wrong types, unknown group options and keys,
     cross-field errors, bad sweeps, broken override syntax — mixed with valid overrides: every one is

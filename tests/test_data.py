@@ -517,7 +517,6 @@ def test_load_dataset_synthetic():
 def test_load_dataset_accepts_omegaconf():
     omegaconf = pytest.importorskip("omegaconf")
     cfg = omegaconf.OmegaConf.create(vars(_syn_cfg()))
-    del cfg["shards_per_worker"]  # optional fields may be absent
     omegaconf.OmegaConf.set_struct(cfg, True)
     ds = load_dataset(cfg, 3, data_seed=0)
     assert ds.x_train.shape == (2000, 20) and {s.size for s in ds.shards} == {666}
@@ -551,9 +550,11 @@ def test_load_dataset_config_errors():
         load_dataset(_syn_cfg(pca_dim=21), 2, data_seed=0)
     # pca_dim is checked against the known input size before any file is looked for.
     with pytest.raises(ConfigError, match=r"dataset.pca_dim=1000 is invalid: allowed range 0..784"):
-        load_dataset(SimpleNamespace(name="mnist", pca_dim=1000, batch_size=8), 2, 0, data_dir="/nonexistent")
+        load_dataset(_syn_cfg(name="mnist", pca_dim=1000, batch_size=8), 2, 0, data_dir="/nonexistent")
     with pytest.raises(ConfigError, match="dataset.batch_size=None is invalid"):
         load_dataset(SimpleNamespace(name="synthetic"), 2, data_seed=0)
+    with pytest.raises(ConfigError, match="dataset.whiten=None is invalid: is required"):  # no default of its own
+        load_dataset(_syn_cfg(whiten=None), 2, data_seed=0)
 
 
 def test_size_helpers():

@@ -8,10 +8,11 @@ import pytest
 
 from dybw.config import validate
 from dybw.data import load_dataset
-from dybw.engine import BatchedTrainer, LocalEngine, Schedule
+from dybw.engine import IterationEngine, Schedule
 from dybw.mixing import gathered_weights, mixing_matrices
 from dybw.models import build_network
 from dybw.tf_setup import import_tensorflow
+from dybw.trainer import StackedTrainer
 from helpers import TINY, compose, run_config
 
 
@@ -20,7 +21,7 @@ def engine_for(overrides):
     graph = validate(cfg)
     dataset = load_dataset(cfg.dataset, cfg.num_workers, cfg.data_seed, data_dir=cfg.data_dir)
     network = build_network(cfg.model, dataset.input_dim, dataset.num_classes)
-    return cfg, graph, dataset, network, LocalEngine(cfg, graph, dataset, network)
+    return cfg, graph, dataset, network, IterationEngine(cfg, graph, dataset, network)
 
 
 def test_complete_graph_cb_full_uniform_equals_centralised_sgd_with_batch_nb():
@@ -94,7 +95,7 @@ def test_mixing_hosted_rows_from_two_buffers_gives_the_bits_of_one(topology):
         sources = engine.sources[hosted]
         received = np.array(sorted(set(sources.ravel()) - set(hosted)), dtype=np.int64)
         position = {int(w): a for a, w in enumerate(np.concatenate([hosted, received]))}
-        trainer = BatchedTrainer(
+        trainer = StackedTrainer(
             network, dataset, "atc", 0.0, network.initial_params(0), len(hosted), np.vectorize(position.get)(sources)
         )
         part = trainer.mix(

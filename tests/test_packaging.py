@@ -1,4 +1,4 @@
-"""environment.yml mirrors pyproject.toml, and the layout of DESIGN.md §1 is in place."""
+"""environment.yml mirrors pyproject.toml, and the README's layout is in place."""
 
 from __future__ import annotations
 

@@ -1,15 +1,14 @@
-"""The virtual clock and the stop rules (DESIGN.md §2), checked on cases worked by hand."""
-
-from types import SimpleNamespace
+"""The virtual clock and the stop rules (docs/protocol.md), checked on cases worked by hand."""
 
 import numpy as np
 import pytest
 
+from dybw.algorithms import CbDyBW, CbFull, CbStatic, order_statistic
+from dybw.clock import VirtualClock
 from dybw.errors import ConfigError
 from dybw.mixing import gathered_weights, mixing_matrices, mixing_sources
-from dybw.policies import CbDyBW, CbFull, CbStatic, order_statistic
-from dybw.protocol import Protocol
 from dybw.topology import Graph, build_graph
+from helpers import topology
 
 INF = np.inf
 
@@ -37,11 +36,11 @@ def test_order_statistic_picks_pth_smallest_and_ignores_non_neighbours():
 @pytest.mark.parametrize("update", ["atc", "cta"])
 @pytest.mark.parametrize("sync", ["lockstep", "free"])
 def test_constant_delays_make_every_iteration_last_c_plus_d(update, sync):
-    graph = build_graph(SimpleNamespace(name="erdos_renyi", p=0.4, seed=3, max_tries=100), 10)
+    graph = build_graph(topology("erdos_renyi", p=0.4, seed=3), 10)
     links = graph.directed_links()
     compute, delay, iterations = 0.013, 0.021, 7
     for policy in policies(graph.degrees):
-        protocol = Protocol(10, links, policy, sync, update)
+        protocol = VirtualClock(10, links, policy, sync, update)
         chunk = protocol.advance(np.full((iterations, 10), compute), np.full((iterations, len(links)), delay))
         durations = np.diff(np.concatenate([[0.0], chunk.end]))
         np.testing.assert_allclose(durations, compute + delay, rtol=1e-12)
@@ -71,7 +70,7 @@ def test_hand_worked_four_worker_example():
     links = graph.directed_links()
 
     def run(policy):
-        return Protocol(4, links, policy, "lockstep", "atc").advance(compute, delays)
+        return VirtualClock(4, links, policy, "lockstep", "atc").advance(compute, delays)
 
     def used_sets(chunk):
         return [set(np.flatnonzero(row).tolist()) for row in chunk.used[0]]
@@ -95,7 +94,7 @@ def test_free_sync_lets_fast_workers_run_ahead_and_dybw_uses_local_rule():
     links = graph.directed_links()
     compute = np.array([[1.0, 1.0, 1.0, 10.0]] * 2)
     delays = np.ones((2, len(links)))
-    chunk = Protocol(4, links, CbDyBW(graph.degrees, 1), "free", "atc").advance(compute, delays)
+    chunk = VirtualClock(4, links, CbDyBW(graph.degrees, 1), "free", "atc").advance(compute, delays)
     # iteration 0: ready = (1,1,1,10); worker 0 hears 1 at 2 -> stops at 2; worker 3 is ready at 10
     assert chunk.stop[0].tolist() == [2.0, 2.0, 2.0, 10.0]
     # iteration 1 starts where each worker stopped: no barrier
@@ -108,7 +107,7 @@ def test_cta_sends_at_start_and_computes_after_the_decision():
     links = graph.directed_links()
     compute = np.array([[1.0, 2.0, 3.0, 4.0]])
     delays = np.full((1, len(links)), 0.5)
-    chunk = Protocol(4, links, CbFull(graph.degrees), "lockstep", "cta").advance(compute, delays)
+    chunk = VirtualClock(4, links, CbFull(graph.degrees), "lockstep", "cta").advance(compute, delays)
     assert chunk.ready[0].tolist() == [0, 0, 0, 0]
     assert chunk.stop[0].tolist() == [0.5] * 4
     assert chunk.finish[0].tolist() == [1.5, 2.5, 3.5, 4.5] and chunk.end.tolist() == [4.5]
@@ -128,8 +127,8 @@ def test_lockstep_chunks_continue_the_clock():
     links = graph.directed_links()
     rng = np.random.default_rng(0)
     compute, delays = rng.exponential(size=(10, 4)), rng.exponential(size=(10, len(links)))
-    whole = Protocol(4, links, CbDyBW(graph.degrees, 1)).advance(compute, delays)
-    protocol = Protocol(4, links, CbDyBW(graph.degrees, 1))
+    whole = VirtualClock(4, links, CbDyBW(graph.degrees, 1)).advance(compute, delays)
+    protocol = VirtualClock(4, links, CbDyBW(graph.degrees, 1))
     parts = [protocol.advance(compute[:3], delays[:3]), protocol.advance(compute[3:], delays[3:])]
     np.testing.assert_allclose(np.concatenate([p.end for p in parts]), whole.end)
     np.testing.assert_array_equal(np.concatenate([p.used for p in parts]), whole.used)
@@ -137,7 +136,7 @@ def test_lockstep_chunks_continue_the_clock():
 
 @pytest.mark.parametrize("rule", ["uniform", "metropolis"])
 def test_mixing_rows_sum_to_one_for_random_used_sets(rule):
-    graph = build_graph(SimpleNamespace(name="erdos_renyi", p=0.3, seed=1, max_tries=100), 12)
+    graph = build_graph(topology("erdos_renyi", p=0.3, seed=1), 12)
     rng = np.random.default_rng(1)
     used = (rng.random((50, 12, 12)) < 0.5) & graph.adjacency[None]
     weights = mixing_matrices(used, rule, graph.degrees)
@@ -154,9 +153,7 @@ def test_gathered_weights_are_the_rows_of_w_over_each_workers_sources(rule):
     rng = np.random.default_rng(3)
     for _ in range(20):
         n = int(rng.integers(2, 12))
-        graph = build_graph(
-            SimpleNamespace(name="erdos_renyi", p=float(rng.uniform(0.2, 1.0)), seed=int(rng.integers(1 << 30))), n
-        )
+        graph = build_graph(topology("erdos_renyi", p=float(rng.uniform(0.2, 1.0)), seed=int(rng.integers(1 << 30))), n)
         sources = mixing_sources(graph.adjacency)
         assert sources.shape == (n, graph.degrees.max() + 1)
         for j, row in enumerate(sources):
@@ -172,7 +169,7 @@ def test_gathered_weights_are_the_rows_of_w_over_each_workers_sources(rule):
 
 
 def test_metropolis_with_every_neighbour_is_the_doubly_stochastic_matrix():
-    graph = build_graph(SimpleNamespace(name="erdos_renyi", p=0.3, seed=1, max_tries=100), 12)
+    graph = build_graph(topology("erdos_renyi", p=0.3, seed=1), 12)
     weights = mixing_matrices(graph.adjacency, "metropolis", graph.degrees).astype(np.float64)
     np.testing.assert_allclose(weights, graph.metropolis_weights(), atol=1e-6)
     np.testing.assert_allclose(weights.sum(axis=0), 1.0, atol=1e-6)

@@ -1,6 +1,6 @@
 """The timing core against an independent brute-force event simulation, on thousands of random cases.
 
-Issue 6 item 6.  Every case draws (seeded numpy RNG, so a failure is reproducible from its printed id):
+Every case draws (seeded numpy RNG, so a failure is reproducible from its printed id):
 
 * a random connected graph on 2..12 workers, from a tree (sparsest) to the complete graph, with its
   directed links in a random order;
@@ -10,12 +10,12 @@ Issue 6 item 6.  Every case draws (seeded numpy RNG, so a failure is reproducibl
 * every policy variant on that graph: ``cb_full``; ``cb_static`` with every ``b`` from 0 to the maximum
   degree (clamped for some workers, or rejected when no worker can honour it); ``cb_dybw`` with several
   ``m`` (1, 2, a random one, the maximum degree, one above it: rejected);
-* a random split of the iterations into chunks of ``Protocol.advance`` calls (or a single call).
+* a random split of the iterations into chunks of ``VirtualClock.advance`` calls (or a single call).
 
 Each test below fixes the sync mode (``lockstep`` | ``free``) and the update order (``atc`` | ``cta``),
 so the four of them together run several thousand cases.
 
-The reference is a discrete-event simulator written here from DESIGN.md §2 / docs/protocol.md; it uses
+The reference is a discrete-event simulator written here from docs/protocol.md; it uses
 neither ``dybw.policies`` nor ``dybw.protocol``.  Events (a worker's own message becoming ready, a
 neighbour's message arriving) are processed in time order, ties by arrival time then lower worker id;
 each worker's stop is the event at which its rule first holds (ready and at least ``q_j`` messages in
@@ -44,9 +44,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from dybw.algorithms import CbDyBW, CbFull, CbStatic
+from dybw.clock import VirtualClock
 from dybw.errors import ConfigError
-from dybw.policies import CbDyBW, CbFull, CbStatic
-from dybw.protocol import Protocol
 
 # Each scenario runs ~7.8 valid policy variants (plus the rejected b / m): >= 1000 cases per (sync, update)
 # mode, ~4400 in the four tests together, in ~4 s of CPU.
@@ -302,7 +302,7 @@ def simulate_free(n, links, compute, delays, q, atc: bool):
 # The test
 
 
-def advance_in_chunks(protocol: Protocol, compute, delays, chunks):
+def advance_in_chunks(protocol: VirtualClock, compute, delays, chunks):
     parts, first = [], 0
     for size in chunks:
         parts.append(protocol.advance(compute[first : first + size], delays[first : first + size]))
@@ -336,7 +336,7 @@ def check_case(case_id, rng, n, adjacency, links, compute, delays, kind, paramet
     atc, lockstep = update == "atc", sync == "lockstep"
     chunks = random_chunks(rng, len(compute))
     stats["chunked" if len(chunks) > 1 else "unchunked"] += 1
-    got = advance_in_chunks(Protocol(n, links, policy, sync, update), compute, delays, chunks)
+    got = advance_in_chunks(VirtualClock(n, links, policy, sync, update), compute, delays, chunks)
     start, ready, stop, finish, used, end = (got[k] for k in ("start", "ready", "stop", "finish", "used", "end"))
 
     # terminates with finite times
@@ -390,7 +390,7 @@ def check_case(case_id, rng, n, adjacency, links, compute, delays, kind, paramet
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the clamp warning was checked above
             again = make(kind, parameter, degrees)
-        whole = advance_in_chunks(Protocol(n, links, again, sync, update), compute, delays, [len(compute)])
+        whole = advance_in_chunks(VirtualClock(n, links, again, sync, update), compute, delays, [len(compute)])
         for name in whole:
             equal(got[name], whole[name], f"{case_id}: chunked {name}")
     stats["cases"] += 1
@@ -465,7 +465,7 @@ def test_an_infinite_delay_never_makes_a_non_neighbour_used(kind, parameter, syn
     adjacency = np.zeros((3, 3), dtype=bool)
     adjacency[links[:, 1], links[:, 0]] = True
     degrees = adjacency.sum(axis=1)
-    chunk = Protocol(3, links, make(kind, parameter, degrees), sync, "atc").advance(
+    chunk = VirtualClock(3, links, make(kind, parameter, degrees), sync, "atc").advance(
         np.zeros((1, 3)), np.array([[1.0, np.inf, 1.0, 1.0]])
     )  # 1 -> 0 never arrives
     assert not (chunk.used & ~adjacency[None]).any(), chunk.used[0].astype(int).tolist()

@@ -156,16 +156,35 @@ def compose_job(conf_dir: Path, overrides: list[str]):
     return OmegaConf.to_container(cfg, resolve=True)
 
 
+def plugins_on_command_line(overrides: list[str]) -> list[str]:
+    """The modules a ``plugins=[...]`` override names (imported before composing: they may add options)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for override in reversed(overrides):
+        if override.split("=", 1)[0].lstrip("+") == "plugins":
+            try:
+                value = OverridesParser.create().parse_override(override).value()
+            except Exception:  # noqa: BLE001 - bad syntax is reported by the composition itself
+                return []
+            return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+    return []
+
+
 def prevalidate(argv: list[str], conf_dir: Path) -> None:
     """Compose and validate every job the command line asks for; exit with one line on the first error."""
     from hydra._internal.utils import get_args_parser
 
     from .config import load, validate
+    from .registry import import_plugins
 
     args, _ = get_args_parser().parse_known_args(argv)
     if args.help or args.hydra_help or args.cfg or args.info or args.shell_completion:
         return
     register_resolvers()
+    try:
+        import_plugins(plugins_on_command_line(args.overrides))
+    except DybwError as error:
+        fail(str(error))
     multirun = args.multirun or any(re.fullmatch(r"hydra\.mode=['\"]?MULTIRUN['\"]?", o) for o in args.overrides)
     try:
         jobs = expand_sweep(args.overrides, conf_dir) if multirun else [args.overrides]
@@ -195,8 +214,8 @@ def run_hydra_job(cfg) -> dict | None:
     from omegaconf import OmegaConf
 
     from .config import load, validate
-    from .job import run_job
     from .results import config_hash
+    from .runners import run_job
 
     plain = OmegaConf.to_container(cfg, resolve=True)
     job_dir = Path(HydraConfig.get().runtime.output_dir)

@@ -1,223 +1,154 @@
-"""Structured configs and their validation.
+"""The typed config of a job, and the checks that need more than one field.
 
-The Hydra tree under ``conf/`` composes a plain config; :func:`validate` turns it into typed dataclasses
-and checks every value before any worker starts.  A bad value raises :class:`~dybw.errors.ConfigError`
-naming the field, the value and what is allowed, which ``run.py`` prints as one line.
+The Hydra tree under ``conf/`` composes a plain config; :func:`load` turns it into the dataclasses below
+(:mod:`dybw.schema`: types and ranges are declared beside the fields, and the yaml files are the only
+place defaults live), and :func:`validate` checks what involves several fields, the graph or the
+runner, before any worker starts.  A bad value raises :class:`~dybw.errors.ConfigError` naming the
+field, the value and what is allowed, which ``run.py`` prints as one line.
+
+Sections chosen by name (``algo``, ``model``, ``runner``, ``dataset``, ``topology``, ``logger``) take
+the keys of the chosen class: an algorithm's, a model's and a runner's come from its registry.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Annotated
 
+from .algorithms import ALGORITHMS, AlgoConfig
+from .clock import SYNC_MODES
 from .errors import ConfigError
-from .mixing import MIXING_RULES
-from .protocol import SYNC_MODES, UPDATE_ORDERS
+from .models import MODELS, ModelConfig
+from .registry import Registry, import_plugins
+from .runners import RUNNERS, RunnerConfig
+from .schema import AtLeast, Choice, Finite, IsFinite, NonEmpty, Range, Section, build, field_names, section_classes
 from .stragglers import DelaySpec
+from .topology import TOPOLOGY_CONFIGS, TopologyConfig
 
-ALGORITHMS = ("cb_dybw", "cb_full", "cb_static")
 DATASETS = ("cifar10", "mnist", "synthetic")
 NORMALIZATIONS = ("standard", "scale", "none")
 SPLITS = ("iid", "shards", "dirichlet")
-RUNNERS = ("local", "mpi")
-CLOCKS = ("virtual", "wall")
-FAULTS = ("none", "raise", "hang", "exit")
-LOGGERS = ("none", "wandb")
 LOGGER_MODES = ("auto", "online", "offline", "disabled")
 GROUPS = ("algo", "dataset", "model", "topology", "straggler", "runner", "logger")  # config groups a job needs
 
 
 @dataclass
-class AlgoConfig:
-    name: str = "cb_dybw"
-    b: int = 1  # cb_static: backup workers per worker
-    min_neighbors: int = 1  # cb_dybw: m, neighbours a worker needs before it may stop
-    update: str = "atc"
-    mixing: str = "uniform"
-    eta0: float = 0.1
-    delta: float = 1.0
-
-
-@dataclass
 class DatasetConfig:
-    name: str = "mnist"
-    pca_dim: int = 50
-    normalize: str = "standard"
-    whiten: bool = True
-    split: str = "iid"
-    shards_per_worker: int = 2
-    dirichlet_alpha: float = 0.5
-    batch_size: int = 1024
-    target_accuracy: float = 0.95
-    # synthetic only
-    num_train: int = 8192
-    num_test: int = 2048
-    input_dim: int = 20
-    num_classes: int = 4
-    class_sep: float = 2.0
+    name: Annotated[str, Choice(*DATASETS)]
+    pca_dim: Annotated[int, AtLeast(0)]  # 0 = no PCA; at most the input size (checked with the dataset)
+    normalize: Annotated[str, Choice(*NORMALIZATIONS)]
+    whiten: bool
+    split: Annotated[str, Choice(*SPLITS)]
+    shards_per_worker: Annotated[int, AtLeast(1)]
+    dirichlet_alpha: Annotated[float, Finite(0, strict=True)]
+    batch_size: Annotated[int, AtLeast(1)]
+    target_accuracy: Annotated[float, Range(0, 1, low_open=True)]
 
 
 @dataclass
-class ModelConfig:
-    name: str = "mlp"
-    hidden: list[int] = field(default_factory=lambda: [128])
-    weight_decay: float = 0.0
+class SyntheticDatasetConfig(DatasetConfig):
+    num_train: Annotated[int, AtLeast(1)]
+    num_test: Annotated[int, AtLeast(1)]
+    input_dim: Annotated[int, AtLeast(1)]
+    num_classes: Annotated[int, AtLeast(2)]
+    class_sep: Annotated[float, Finite(0)]
 
 
-@dataclass
-class TopologyConfig:
-    name: str = "erdos_renyi"
-    p: float = 0.3
-    d: int = 4
-    rows: int = 0
-    edges: list = field(default_factory=list)
-    seed: int = 0
-    max_tries: int = 100
+DATASET_CONFIGS = {"cifar10": DatasetConfig, "mnist": DatasetConfig, "synthetic": SyntheticDatasetConfig}
 
 
 @dataclass
 class StragglerConfig:
-    name: str = "paper"
-    compute: DelaySpec = field(default_factory=DelaySpec)
-    link: DelaySpec = field(default_factory=DelaySpec)
+    name: str
+    compute: DelaySpec
+    link: DelaySpec
 
 
 @dataclass
 class ProtocolConfig:
-    sync: str = "lockstep"
-
-
-@dataclass
-class RunnerConfig:
-    name: str = "mpi"
-    chunk: int = 64  # iterations whose timing, weights and batches are prepared at once
-    threads: int = 1  # TF threads per process (per rank); part of the numbers (tf_setup.use_threads)
-    # runner=mpi only
-    ranks: int = 0  # 0 = min(num_workers, cores)
-    clock: str = "virtual"
-    launcher: list[str] = field(default_factory=lambda: ["mpiexec", "-n", "{ranks}"])
-    timeout_s: float = 120.0  # silence (no heartbeat) after a rank's first iteration that fails the job
-    startup_timeout_s: float = 600.0  # silence allowed before it (TF import, data, XLA compile)
-    fault: str = "none"  # test hook: make fault_rank raise / hang / exit at fault_iteration
-    fault_rank: int = 1
-    fault_iteration: int = 5
+    sync: Annotated[str, Choice(*SYNC_MODES)]
 
 
 @dataclass
 class LoggerConfig:
-    name: str = "none"  # none | wandb (docs/tracking.md)
-    mode: str = "auto"  # auto: online with credentials, else offline | online | offline | disabled
-    project: str = "dybw"
-    entity: str | None = None
-    tags: list[str] = field(default_factory=list)
-    dir: str | None = None  # where wandb/ goes (null: the job directory)
+    """``logger=none``: no tracking."""
+
+    name: str
+
+
+@dataclass
+class WandbLoggerConfig(LoggerConfig):
+    mode: Annotated[str, Choice(*LOGGER_MODES)]  # auto: online with credentials, else offline
+    project: Annotated[str, NonEmpty("W&B project name")]
+    entity: str | None
+    tags: list[str]
+    dir: str | None  # where wandb/ goes (null: the job directory)
+
+
+def _by_name(options: dict[str, type], base: type) -> Section:
+    """A section whose dataclass is chosen from a fixed table of names."""
+
+    def resolve(name, where):
+        Choice(*options).check(where, name)
+        return options[name]
+
+    return Section(resolve, base, lambda: list(options.values()))
+
+
+def _from_registry(registry: Registry, base: type) -> Section:
+    """A section whose dataclass is the ``Config`` of the class a registry holds under the name."""
+    return Section(
+        lambda name, where: registry.get(name, where).Config, base, lambda: [c.Config for _, c in registry.items()]
+    )
 
 
 @dataclass
 class RunConfig:
-    num_workers: int = 16
-    iterations: int = 300
-    eval_every: int = 10
-    seed: int = 0
-    data_seed: int = 0
-    model_seed: int = 0
-    target_accuracy: float = 0.95
-    target_loss: float | None = None
-    data_dir: str | None = None
-    experiment_name: str = "adhoc"
-    force: bool = False
-    resume: bool = False
-    progress: bool = True
-    algo: AlgoConfig = field(default_factory=AlgoConfig)
-    dataset: DatasetConfig = field(default_factory=DatasetConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    topology: TopologyConfig = field(default_factory=TopologyConfig)
-    straggler: StragglerConfig = field(default_factory=StragglerConfig)
-    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
-    runner: RunnerConfig = field(default_factory=RunnerConfig)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    num_workers: Annotated[int, AtLeast(2)]
+    iterations: Annotated[int, AtLeast(1)]
+    eval_every: Annotated[int, AtLeast(1)]
+    seed: Annotated[int, AtLeast(0)]
+    data_seed: Annotated[int, AtLeast(0)]
+    model_seed: Annotated[int, AtLeast(0)]
+    target_accuracy: Annotated[float, Range(0, 1, low_open=True)]
+    target_loss: Annotated[float, IsFinite("a finite number or null")] | None
+    data_dir: str | None
+    experiment_name: str
+    force: bool
+    resume: bool
+    progress: bool
+    plugins: list[str]  # modules imported first in every process: they register algorithms, runners, models
+    algo: Annotated[AlgoConfig, _from_registry(ALGORITHMS, AlgoConfig)]
+    dataset: Annotated[DatasetConfig, _by_name(DATASET_CONFIGS, DatasetConfig)]
+    model: Annotated[ModelConfig, _from_registry(MODELS, ModelConfig)]
+    topology: Annotated[TopologyConfig, _by_name(TOPOLOGY_CONFIGS, TopologyConfig)]
+    straggler: StragglerConfig
+    protocol: ProtocolConfig
+    runner: Annotated[RunnerConfig, _from_registry(RUNNERS, RunnerConfig)]
+    logger: Annotated[LoggerConfig, _by_name({"none": LoggerConfig, "wandb": WandbLoggerConfig}, LoggerConfig)]
+
+
+def load(plain: dict) -> RunConfig:
+    """Typed config from the composed, resolved config (``OmegaConf.to_container(cfg, resolve=True)``).
+
+    The ``plugins`` it names are imported first, so the classes they register are known."""
+    plain = {k: v for k, v in plain.items() if k != "hydra"}
+    for group in GROUPS:
+        if group not in plain:  # e.g. `~algo`: nothing else would say which option is missing
+            raise ConfigError(
+                group,
+                None,
+                f"the config group is required: choose an option with {group}=<name> (the yaml files in conf/{group}/)",
+            )
+    plugins = plain.get("plugins") or []
+    if isinstance(plugins, list) and all(isinstance(p, str) for p in plugins):
+        import_plugins(plugins)
+    return build(RunConfig, plain)
 
 
 # --------------------------------------------------------------------------------------------------
-# Conversion: plain nested dict -> dataclasses, with one-line type errors
-
-
-def _convert(kind, value, where: str):
-    origin = typing.get_origin(kind)
-    if origin is typing.Union:  # Optional[x]
-        if value is None:
-            return None
-        (inner,) = [a for a in typing.get_args(kind) if a is not type(None)]
-        return _convert(inner, value, where)
-    if dataclasses.is_dataclass(kind):
-        return build(kind, value, where)
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(where, value, "must be true or false")
-    if kind is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ConfigError(where, value, "must be an integer")
-    if kind is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise ConfigError(where, value, "must be a number")
-    if kind is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(where, value, "must be a string")
-    if kind is list or origin is list:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(where, value, "must be a list")
-        args = typing.get_args(kind)
-        return [_convert(args[0], v, f"{where}[{i}]") for i, v in enumerate(value)] if args else list(value)
-    return value
-
-
-def build(cls, data, where: str = ""):
-    """``cls(**data)`` with every field type-checked; unknown keys are errors naming the valid ones."""
-    prefix = f"{where}." if where else ""
-    if not isinstance(data, dict):
-        raise ConfigError(
-            where or "config", data, f"must be a mapping with keys {', '.join(f.name for f in dataclasses.fields(cls))}"
-        )
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(data) - set(names))
-    if unknown:
-        raise ConfigError(prefix + unknown[0], data[unknown[0]], f"unknown key; valid keys here: {', '.join(names)}")
-    values = {name: _convert(hints[name], data[name], prefix + name) for name in names if name in data}
-    return cls(**values)
-
-
-# --------------------------------------------------------------------------------------------------
-# Validation: ranges and cross-field rules
-
-
-def _choice(where: str, value: str, allowed) -> None:
-    if value not in allowed:
-        raise ConfigError(where, value, "choose one of: " + ", ".join(sorted(allowed)))
-
-
-def _at_least(where: str, value, low) -> None:
-    if value < low:
-        raise ConfigError(where, value, f"must be >= {low}")
-
-
-def _in_range(where: str, value, low, high, low_open=False, high_open=False) -> None:
-    ok = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
-    if not (ok and math.isfinite(value)):
-        lb, rb = "(" if low_open else "[", ")" if high_open else "]"
-        raise ConfigError(where, value, f"allowed range {lb}{low}, {high}{rb}")
-
-
-def _finite(where: str, value, low, strict: bool = False) -> None:
-    """``value`` is a finite number ``> low`` (strict) or ``>= low``."""
-    if not (math.isfinite(value) and (value > low if strict else value >= low)):
-        raise ConfigError(where, value, f"must be a finite number {'>' if strict else '>='} {low}")
+# Checks across fields
 
 
 def shard_size_bound(dataset: DatasetConfig, num_workers: int) -> int | None:
@@ -232,71 +163,27 @@ def shard_size_bound(dataset: DatasetConfig, num_workers: int) -> int | None:
     return None
 
 
-def _validate_stragglers(cfg: RunConfig, graph) -> None:
-    """Persistent worker ids exist; a replayed trace covers every worker / link (after ``DelaySpec.validate``)."""
-    from .stragglers import DelaySampler
-
-    for where, spec in (("straggler.compute", cfg.straggler.compute), ("straggler.link", cfg.straggler.link)):
-        for i, worker in enumerate(spec.persistent_ids):
-            if isinstance(worker, bool) or not isinstance(worker, int) or not 0 <= worker < cfg.num_workers:
-                raise ConfigError(
-                    f"{where}.persistent_ids[{i}]",
-                    worker,
-                    f"must be a worker id in 0..{cfg.num_workers - 1} ({cfg.num_workers} workers)",
-                )
-    # Reading the traces and keying the streams is cheap; it raises the errors a run would hit later.
-    DelaySampler(cfg.straggler.compute, cfg.straggler.link, graph.directed_links(), cfg.num_workers, cfg.seed)
-
-
-def validate(cfg: RunConfig):
-    """Check every value of ``cfg``; returns the graph (built once here, and reused by the run)."""
-    from .data import input_dim_of
-    from .policies import make_policy
-    from .topology import build_graph
-
-    _at_least("num_workers", cfg.num_workers, 2)
-    _at_least("iterations", cfg.iterations, 1)
-    _at_least("eval_every", cfg.eval_every, 1)
-    for name in ("seed", "data_seed", "model_seed"):
-        _at_least(name, getattr(cfg, name), 0)
-    _in_range("target_accuracy", cfg.target_accuracy, 0.0, 1.0, low_open=True)
-    if cfg.target_loss is not None and not math.isfinite(cfg.target_loss):
-        raise ConfigError("target_loss", cfg.target_loss, "must be a finite number or null")
+def _check_experiment_name(name: str) -> None:
     # results/<experiment_name>/ must stay inside results/: nested names (a/b) are fine, escapes are not.
-    parts = cfg.experiment_name.split("/")
-    if not cfg.experiment_name.strip() or any(part in ("", ".", "..") or "\0" in part for part in parts):
+    parts = name.split("/")
+    if not name.strip() or any(part in ("", ".", "..") or "\0" in part for part in parts):
         raise ConfigError(
             "experiment_name",
-            cfg.experiment_name,
+            name,
             "must be a non-empty relative name (a or a/b) without '.' or '..' parts "
             "(results go to results/<experiment_name>/)",
         )
 
-    algo = cfg.algo
-    _choice("algo.name", algo.name, ALGORITHMS)
-    _choice("algo.update", algo.update, UPDATE_ORDERS)
-    _choice("algo.mixing", algo.mixing, MIXING_RULES)
-    _at_least("algo.b", algo.b, 0)
-    _at_least("algo.min_neighbors", algo.min_neighbors, 1)
-    if not (algo.eta0 > 0 and math.isfinite(algo.eta0)):
-        raise ConfigError("algo.eta0", algo.eta0, "must be a finite number > 0")
-    _in_range("algo.delta", algo.delta, 0.0, 1.0, low_open=True)
+
+def _check_dataset(cfg: RunConfig) -> None:
+    from .data import input_dim_of, train_size_of
 
     data = cfg.dataset
-    _choice("dataset.name", data.name, DATASETS)
-    _choice("dataset.normalize", data.normalize, NORMALIZATIONS)
-    _choice("dataset.split", data.split, SPLITS)
-    _at_least("dataset.batch_size", data.batch_size, 1)
-    _at_least("dataset.shards_per_worker", data.shards_per_worker, 1)
-    _finite("dataset.dirichlet_alpha", data.dirichlet_alpha, 0, strict=True)
-    if data.name == "synthetic":
-        _at_least("dataset.num_train", data.num_train, cfg.num_workers)
-        _at_least("dataset.num_test", data.num_test, 1)
-        _at_least("dataset.input_dim", data.input_dim, 1)
-        _at_least("dataset.num_classes", data.num_classes, 2)
-        _finite("dataset.class_sep", data.class_sep, 0)
+    if data.name == "synthetic" and data.num_train < cfg.num_workers:
+        raise ConfigError("dataset.num_train", data.num_train, f"must be >= {cfg.num_workers}")
     input_dim = input_dim_of(data)
-    _in_range("dataset.pca_dim", data.pca_dim, 0, input_dim)
+    if data.pca_dim > input_dim:
+        raise ConfigError("dataset.pca_dim", data.pca_dim, f"allowed range [0, {input_dim}]")
     if data.whiten and data.pca_dim == 0:
         raise ConfigError(
             "dataset.whiten",
@@ -312,8 +199,6 @@ def validate(cfg: RunConfig):
             f"{cfg.num_workers} workers, split={data.split})",
         )
     if smallest is None:  # dirichlet: shard sizes are random, but the smallest is at most n // N
-        from .data import train_size_of
-
         best = train_size_of(data) // cfg.num_workers
         if data.batch_size > best:
             raise ConfigError(
@@ -323,39 +208,37 @@ def validate(cfg: RunConfig):
                 f"{cfg.num_workers} workers, split={data.split})",
             )
 
-    _choice("model.name", cfg.model.name, ("logreg", "mlp"))
-    for i, width in enumerate(cfg.model.hidden):
-        _at_least(f"model.hidden[{i}]", width, 1)
-    _finite("model.weight_decay", cfg.model.weight_decay, 0.0)
+
+def _check_stragglers(cfg: RunConfig, graph) -> None:
+    """Persistent worker ids exist; a replayed trace exists and covers every worker / link."""
+    from .stragglers import DelaySampler
 
     for where, spec in (("straggler.compute", cfg.straggler.compute), ("straggler.link", cfg.straggler.link)):
-        spec.validate(where)
-    _choice("protocol.sync", cfg.protocol.sync, SYNC_MODES)
-    _choice("runner.name", cfg.runner.name, RUNNERS)
-    _at_least("runner.chunk", cfg.runner.chunk, 1)
-    _at_least("runner.threads", cfg.runner.threads, 1)
-    _validate_runner(cfg)
-    _choice("logger.name", cfg.logger.name, LOGGERS)
-    _choice("logger.mode", cfg.logger.mode, LOGGER_MODES)
-    if not cfg.logger.project.strip():
-        raise ConfigError("logger.project", cfg.logger.project, "must be a non-empty W&B project name")
+        spec.check_path(where)
+        for i, worker in enumerate(spec.persistent_ids):
+            if isinstance(worker, bool) or not isinstance(worker, int) or not 0 <= worker < cfg.num_workers:
+                raise ConfigError(
+                    f"{where}.persistent_ids[{i}]",
+                    worker,
+                    f"must be a worker id in 0..{cfg.num_workers - 1} ({cfg.num_workers} workers)",
+                )
+    # Reading the traces and keying the streams is cheap; it raises the errors a run would hit later.
+    DelaySampler(cfg.straggler.compute, cfg.straggler.link, graph.directed_links(), cfg.num_workers, cfg.seed)
 
+
+def validate(cfg: RunConfig):
+    """Check what involves several fields, the graph or the runner; returns the graph (built once here,
+    and reused by the run)."""
+    from .topology import build_graph
+
+    _check_experiment_name(cfg.experiment_name)
+    _check_dataset(cfg)
     graph = build_graph(cfg.topology, cfg.num_workers)
-    low, high = int(graph.degrees.min()), int(graph.degrees.max())
-    # A value some workers cannot honour is clamped for them (with a warning); one that no worker can is an error.
-    if algo.name == "cb_static" and algo.b > high - 1:
-        raise ConfigError(
-            "algo.b",
-            algo.b,
-            f"allowed range 0..{high - 1} on this graph (degrees {low}..{high}): "
-            "worker j waits for d_j - b >= 1 neighbours",
-        )
-    if algo.name == "cb_dybw" and algo.min_neighbors > high:
-        raise ConfigError(
-            "algo.min_neighbors", algo.min_neighbors, f"allowed range 1..{high} on this graph (degrees {low}..{high})"
-        )
-    make_policy(algo, graph.degrees)  # the policy's own check of b / m
-    _validate_stragglers(cfg, graph)
+    algorithm = ALGORITHMS[cfg.algo.name]
+    algorithm.check(cfg.algo, graph)
+    algorithm.build(cfg.algo, graph.degrees)  # the algorithm's own checks (a b no worker can honour)
+    _check_stragglers(cfg, graph)
+    RUNNERS[cfg.runner.name].check(cfg, algorithm)
     return graph
 
 
@@ -363,73 +246,34 @@ def schema_keys(key: str) -> tuple[str, list[str], bool]:
     """Where a dotted ``key`` stops matching the typed schema.
 
     Returns ``(section, names, is_field)``: the deepest config section on the key's path (``""`` for the
-    top level), the field names of that section, and whether the whole key is a field of the schema.
+    top level), the field names of that section (for a section chosen by name, the keys of every choice,
+    those all choices share first), and whether the whole key is a field of the schema.
     """
-    cls, parts = RunConfig, key.split(".")
+    classes, parts = [RunConfig], key.split(".")
     for i, part in enumerate(parts):
         section = ".".join(parts[:i])
-        names = [f.name for f in dataclasses.fields(cls)]
-        if part not in names:
+        names = list(dict.fromkeys(name for cls in classes for name in field_names(cls)))
+        owners = [cls for cls in classes if part in field_names(cls)]
+        if not owners:
             return section, names, False
-        kind = typing.get_type_hints(cls)[part]
         if i == len(parts) - 1:
             return section, names, True
-        if not dataclasses.is_dataclass(kind):
+        classes = [inner for cls in owners for inner in section_classes(cls, part)]
+        if not classes:
             return section, names, False
-        cls = kind
     raise AssertionError("unreachable")
 
 
-def _validate_runner(cfg: RunConfig) -> None:
-    runner = cfg.runner
-    if cfg.resume and runner.clock == "wall":
-        raise ConfigError(
-            "resume",
-            cfg.resume,
-            "wall-clock runs are measurements and are not checkpointed: resume needs runner.clock=virtual",
-        )
-    _choice("runner.clock", runner.clock, CLOCKS)
-    _choice("runner.fault", runner.fault, FAULTS)
-    _at_least("runner.ranks", runner.ranks, 0)
-    if runner.ranks > cfg.num_workers:
-        raise ConfigError("runner.ranks", runner.ranks, f"allowed range 0..{cfg.num_workers} (num_workers; 0 = auto)")
-    if runner.fault != "none":
-        from .mpi.launch import resolve_ranks
+def every_section_class() -> list[type]:
+    """Every dataclass a config can be built from, registered classes included (for the schema's tests)."""
+    seen: list[type] = []
 
-        highest = resolve_ranks(cfg) - 1
-        if not 0 <= runner.fault_rank <= highest:
-            raise ConfigError("runner.fault_rank", runner.fault_rank, f"allowed range 0..{highest} (a rank of the job)")
-    if runner.clock == "wall" and runner.ranks not in (0, cfg.num_workers):
-        raise ConfigError(
-            "runner.ranks", runner.ranks, f"the wall clock runs one worker per rank: use 0 or {cfg.num_workers}"
-        )
-    if runner.clock == "wall" and runner.name != "mpi":
-        raise ConfigError("runner.clock", runner.clock, "the wall clock needs runner=mpi")
-    for name in ("timeout_s", "startup_timeout_s"):
-        if not getattr(runner, name) > 0:
-            raise ConfigError(f"runner.{name}", getattr(runner, name), "must be > 0 seconds")
-    if not runner.launcher:
-        raise ConfigError("runner.launcher", runner.launcher, "must name a launcher, e.g. [mpiexec, -n, '{ranks}']")
-    if runner.name == "mpi":
-        from .mpi import world_size_from_environment
-        from .mpi.launch import find_launcher
+    def visit(cls):
+        if cls not in seen:
+            seen.append(cls)
+            for f in dataclasses.fields(cls):
+                for inner in section_classes(cls, f.name):
+                    visit(inner)
 
-        if world_size_from_environment() == 1 and find_launcher(str(runner.launcher[0])) is None:
-            raise ConfigError(
-                "runner.launcher",
-                runner.launcher,
-                f"{runner.launcher[0]!r} is not on PATH: pip install mpich provides mpiexec (or run with runner=local)",
-            )
-
-
-def load(plain: dict) -> RunConfig:
-    """Typed config from the composed, resolved config (``OmegaConf.to_container(cfg, resolve=True)``)."""
-    plain = {k: v for k, v in plain.items() if k != "hydra"}
-    for group in GROUPS:
-        if group not in plain:  # e.g. `~algo`: silently falling back to the dataclass defaults would mislead
-            raise ConfigError(
-                group,
-                None,
-                f"the config group is required: choose an option with {group}=<name> (the yaml files in conf/{group}/)",
-            )
-    return build(RunConfig, plain)
+    visit(RunConfig)
+    return seen

@@ -12,9 +12,13 @@ class DybwError(Exception):
 class ConfigError(DybwError):
     """A configuration value is invalid (raised before any worker starts)."""
 
-    def __init__(self, field: str, value, allowed: str):
+    def __init__(self, field: str, value, allowed: str, missing: bool = False):
         self.field, self.value, self.allowed = field, value, allowed
-        super().__init__(f"{field}={value!r} is invalid: {allowed}")
+        super().__init__(f"{field} is missing: {allowed}" if missing else f"{field}={value!r} is invalid: {allowed}")
+
+
+class Diverged(DybwError):
+    """A loss or a parameter became NaN or infinite (the job's status becomes ``diverged``)."""
 
 
 class DataError(DybwError):

@@ -8,7 +8,7 @@
 Combine step (ATC): ``x_j(k+1) = sum_i W_ji(k) y_i(k)``, i.e. ``X(k+1) = W(k) Y(k)`` with rows = workers.
 
 The sum runs over ``i in N_j ∪ {j}`` only, in ascending ``i`` (:func:`mixing_sources`,
-:func:`gathered_weights`; ``engine.BatchedTrainer.mix``): one fixed order of float additions per row,
+:func:`gathered_weights`; ``trainer.StackedTrainer.mix``): one fixed order of float additions per row,
 which any process holding ``y_j`` and its neighbours' rows can follow, wherever those rows live.
 """
 

@@ -1,22 +1,28 @@
 """Models as N stacked copies evaluated in one TensorFlow computation.
 
 Worker j's parameters are row j of a flat ``[N, P]`` float32 matrix, so mixing combines rows
-(``engine.BatchedTrainer._mixed``) and the local step of all workers is one TF program.  A network with
+(``trainer.StackedTrainer._mixed``) and the local step of all workers is one TF program.  A network with
 layer sizes ``s_0 = input_dim, s_1, ..., s_L = classes`` computes, per worker,
 
     h_0 = x,   h_l = relu(h_{l-1} W_l + b_l)  (l < L),   logits = h_{L-1} W_L + b_L
 
-``logreg`` is the network with no hidden layer (multinomial logistic regression).
+``logreg`` is the network with no hidden layer (multinomial logistic regression), ``mlp`` the one with
+``model.hidden`` ReLU layers.  Each model kind is a class in :data:`MODELS`, found by ``model.name``: it
+owns its config keys and builds the network for a dataset's input size and class count.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Annotated, ClassVar
+
 import numpy as np
 
-from .errors import ConfigError
+from .registry import Registry
 from .rng import stream
+from .schema import AtLeast, Finite
 
-MODELS = ("logreg", "mlp")
+MODELS = Registry("model", "model")
 
 
 class StackedNetwork:
@@ -51,10 +57,54 @@ class StackedNetwork:
         return h
 
 
-def build_network(model_cfg, input_dim: int, num_classes: int) -> StackedNetwork:
-    """The network named by ``model.name`` (``logreg`` or ``mlp`` with ``model.hidden``)."""
-    if model_cfg.name == "logreg":
+@dataclass
+class ModelConfig:
+    """The keys every model has."""
+
+    name: str
+    weight_decay: Annotated[float, Finite(0)]  # L2 coefficient on all parameters
+
+
+@dataclass
+class MlpConfig(ModelConfig):
+    hidden: list[Annotated[int, AtLeast(1)]]  # hidden layer widths
+
+
+class Model:
+    """A model kind: ``Config`` (its keys, defaults in ``conf/model/<name>.yaml``) and :meth:`network`."""
+
+    name: ClassVar[str]
+    Config: ClassVar[type] = ModelConfig
+    default_config: ClassVar[dict | None] = None
+
+    @classmethod
+    def network(cls, config, input_dim: int, num_classes: int):
+        raise NotImplementedError
+
+
+@MODELS.register
+class LogisticRegression(Model):
+    """Multinomial logistic regression: softmax of one affine map of the features."""
+
+    name = "logreg"
+
+    @classmethod
+    def network(cls, config, input_dim: int, num_classes: int) -> StackedNetwork:
         return StackedNetwork(input_dim, [], num_classes)
-    if model_cfg.name == "mlp":
-        return StackedNetwork(input_dim, list(model_cfg.hidden), num_classes)
-    raise ConfigError("model", model_cfg.name, "choose one of: " + ", ".join(MODELS))
+
+
+@MODELS.register
+class Mlp(Model):
+    """A fully connected ReLU network with ``model.hidden`` widths."""
+
+    name = "mlp"
+    Config = MlpConfig
+
+    @classmethod
+    def network(cls, config, input_dim: int, num_classes: int) -> StackedNetwork:
+        return StackedNetwork(input_dim, list(config.hidden), num_classes)
+
+
+def build_network(model_cfg, input_dim: int, num_classes: int) -> StackedNetwork:
+    """The network ``model.name`` names, for a dataset's input size and class count."""
+    return MODELS[model_cfg.name].network(model_cfg, input_dim, num_classes)

@@ -1,4 +1,4 @@
-"""The results contract (DESIGN.md §6): what a job writes into its directory, atomically.
+"""The results contract: what a job writes into its directory, atomically (README: what a run writes).
 
 ``metrics.csv`` (one row per evaluation), ``timeline.parquet`` (one row per worker per iteration),
 ``topology.json`` and ``summary.json``.  Every file is written to a temporary name in the same
@@ -7,11 +7,13 @@ directory and renamed into place, so a reader (or a killed job) never sees half 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -76,27 +78,18 @@ def atomic_write_json(path: Path, data: dict) -> None:
 
 
 # How a job is executed, not what it computes: runner=local and runner=mpi (virtual clock) give the same
-# bits for any ranks and chunk, so a job completed or checkpointed by one backend is the other's too.
-# runner.clock and runner.threads do change the numbers and stay in the hash.
-EXECUTION_ONLY_RUNNER_KEYS = {
-    "name",
-    "ranks",
-    "chunk",
-    "launcher",
-    "timeout_s",
-    "startup_timeout_s",
-    "fault",
-    "fault_rank",
-    "fault_iteration",
-}
+# bits for any ranks and chunk, so a job completed or checkpointed by one runner is the other's too.  Of
+# the runner's keys only runner.clock and runner.threads change the numbers (runners.NUMERIC_RUNNER_KEYS).
+NUMERIC_RUNNER_KEYS = ("clock", "threads")
 
 
 def config_hash(resolved_config: dict) -> str:
-    """Short hash of the resolved config minus keys that do not change results (progress, force, runner=...)."""
-    ignored = {"progress", "force", "logger", "resume", "data_dir"}  # data files are MD5-verified anyway
+    """Short hash of the resolved config minus what does not change results (progress, force, logger, which
+    runner and how it launches, the plugins' names -- what they register is named by the config)."""
+    ignored = {"progress", "force", "logger", "resume", "data_dir", "plugins"}  # data files are MD5-verified
     relevant = {k: v for k, v in resolved_config.items() if k not in ignored}
     if isinstance(relevant.get("runner"), dict):
-        relevant["runner"] = {k: v for k, v in relevant["runner"].items() if k not in EXECUTION_ONLY_RUNNER_KEYS}
+        relevant["runner"] = {k: v for k, v in relevant["runner"].items() if k in NUMERIC_RUNNER_KEYS}
     return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -115,6 +108,102 @@ def job_dirname(overrides: str) -> str:
         return overrides
     digest = hashlib.sha256(overrides.encode()).hexdigest()[:12]
     return f"{overrides[: MAX_DIRNAME - 13]}~{digest}"
+
+
+def first_reaching(rows: list[dict], target_accuracy: float, target_loss: float | None):
+    """``(time, iteration)`` of the first evaluation with test accuracy >= target (or train loss <= target)."""
+    for row in rows:
+        reached = row["test_accuracy"] >= target_accuracy
+        if target_loss is not None:
+            reached = reached or row["train_loss"] <= target_loss
+        if reached:
+            return row["time"], row["iteration"]
+    return None, None
+
+
+@dataclass
+class Summary:
+    """``summary.json``: how a job ended and its headline numbers (one schema for every writer)."""
+
+    status: str  # one of STATUSES
+    message: str
+    algo: str
+    dataset: str | None
+    num_workers: int
+    iterations: int  # iterations done
+    total_time: float  # E(K-1): virtual (or measured) seconds
+    mean_iteration_duration: float | None  # E(K-1) / K
+    final_train_loss: float | None
+    final_test_accuracy: float | None
+    best_test_accuracy: float | None
+    target_accuracy: float | None
+    time_to_target: float | None
+    iterations_to_target: int | None
+    mean_backups: float | None
+    wall_seconds: float
+    seed: int
+    experiment: str
+    config_hash: str
+    mode: str = "train"  # train | clock (a clock-only job: no model, the training fields are null)
+    mean_used: float | None = None  # clock-only jobs: mean |S_j(k)|
+
+    @classmethod
+    def from_rows(cls, cfg, status: str, message: str, rows: list[dict], timeline, wall: float, digest: str):
+        """From the evaluation rows (``metrics.csv``) and the engine's timeline (None when there is none)."""
+        last = rows[-1] if rows else {}
+        finite = [r["test_accuracy"] for r in rows if math.isfinite(r["test_accuracy"])]
+        time_to_target, iterations_to_target = first_reaching(rows, cfg.target_accuracy, cfg.target_loss)
+        done = timeline.done if timeline is not None else 0
+        return cls(
+            status=status,
+            message=message,
+            algo=cfg.algo.name,
+            dataset=cfg.dataset.name,
+            num_workers=cfg.num_workers,
+            iterations=done,
+            total_time=float(timeline.end[done - 1]) if done else 0.0,
+            mean_iteration_duration=timeline.mean_duration() if timeline is not None else None,
+            final_train_loss=last.get("train_loss"),
+            final_test_accuracy=last.get("test_accuracy"),
+            best_test_accuracy=max(finite) if finite else None,
+            target_accuracy=cfg.target_accuracy,
+            time_to_target=time_to_target,
+            iterations_to_target=iterations_to_target,
+            mean_backups=timeline.mean_backups() if timeline is not None else None,
+            wall_seconds=wall,
+            seed=cfg.seed,
+            experiment=cfg.experiment_name,
+            config_hash=digest,
+        )
+
+    @classmethod
+    def from_metrics_file(cls, cfg, job_dir: Path, status: str, message: str, digest: str, wall: float):
+        """A job that ended badly outside its engine (a dead MPI rank, missing data): from ``metrics.csv``."""
+        import pandas as pd
+
+        try:
+            rows = pd.read_csv(Path(job_dir) / "metrics.csv").to_dict("records")
+        except (OSError, ValueError):
+            rows = []
+        summary = cls.from_rows(cfg, status, message, rows, None, wall, digest)
+        if rows:
+            last = rows[-1]
+            summary.iterations = int(last["iteration"])
+            summary.total_time = last["time"]
+            summary.mean_iteration_duration = last["mean_iteration_duration"]
+            summary.mean_backups = last["mean_backups"]
+        return summary
+
+    def to_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        if self.mode == "train":
+            del data["mode"], data["mean_used"]
+        return data
+
+    def write(self, job_dir: Path) -> dict:
+        data = self.to_dict()
+        atomic_write_json(Path(job_dir) / "summary.json", data)
+        return data
 
 
 def read_summary(job_dir: Path) -> dict | None:
@@ -138,6 +227,14 @@ def write_checkpoint(job_dir: Path, state: dict, digest: str) -> None:
     _atomic_write(Path(job_dir) / CHECKPOINT, write)
 
 
+def completed_before(job_dir: Path, digest: str) -> dict | None:
+    """The summary of a completed run of the same config in ``job_dir``, if there is one."""
+    previous = read_summary(job_dir)
+    if previous and previous.get("status") == "completed" and previous.get("config_hash") == digest:
+        return previous
+    return None
+
+
 def read_checkpoint(job_dir: Path, digest: str) -> dict | None:
     """The checkpoint of a run of the same config in ``job_dir``, or None."""
     try:
@@ -147,6 +244,23 @@ def read_checkpoint(job_dir: Path, digest: str) -> dict | None:
             return {key: data[key] for key in data.files if key != "config_hash"}
     except (OSError, ValueError, KeyError):
         return None
+
+
+def timeline_from_checkpoint(job_dir: Path, digest: str) -> None:
+    """Write ``timeline.parquet`` from the last checkpoint when the job died before writing a newer one.
+
+    Under ``runner=mpi`` a killed or aborting rank takes rank 0 down before it can write its timeline;
+    the checkpoint rank 0 wrote at the last evaluation holds the timeline up to the iteration
+    ``metrics.csv`` ends at, so what was measured is kept."""
+    job_dir = Path(job_dir)
+    checkpoint, timeline = job_dir / CHECKPOINT, job_dir / "timeline.parquet"
+    if not checkpoint.exists() or (timeline.exists() and timeline.stat().st_mtime >= checkpoint.stat().st_mtime):
+        return
+    state = read_checkpoint(job_dir, digest)
+    if state is not None:
+        columns = {key[len("timeline_") :]: value for key, value in state.items() if key.startswith("timeline_")}
+        columns.pop("end", None)
+        ResultsWriter(job_dir).write_timeline(columns)
 
 
 class ResultsWriter:

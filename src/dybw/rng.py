@@ -29,6 +29,10 @@ def stream(seed: int, *name: object) -> np.random.Generator:
     return np.random.Generator(np.random.Philox(key=stream_key(seed, *name)))
 
 
+# Philox4x64 makes four 64-bit words per counter step, and a uniform double takes one word.
+WORDS_PER_COUNTER = 4
+
+
 class UniformStream:
     """Rows of ``width`` uniforms per position k, drawn in order from one stream.
 
@@ -37,7 +41,8 @@ class UniformStream:
     """
 
     def __init__(self, seed: int, *name: object, width: int = 1):
-        self._gen = stream(seed, *name)
+        self._key = stream_key(seed, *name)
+        self._gen = np.random.Generator(np.random.Philox(key=self._key))
         self.width = width
         self.position = 0
 
@@ -47,8 +52,13 @@ class UniformStream:
         return self._gen.random((count, self.width))
 
     def skip_to(self, position: int) -> None:
-        """Move forward to ``position`` (used when resuming); draws and discards in bounded chunks."""
+        """Move forward to ``position`` (used when resuming) in O(1): the counter jumps over the
+        ``position * width`` words before it, then the first ``words % 4`` of its block are drawn."""
         if position < self.position:
             raise ValueError(f"stream cannot move back from {self.position} to {position}")
-        while self.position < position:
-            self.take(min(position - self.position, 1 << 16))
+        words = position * self.width
+        bit_generator = np.random.Philox(key=self._key)
+        bit_generator.advance(words // WORDS_PER_COUNTER)
+        self._gen = np.random.Generator(bit_generator)
+        self._gen.random(words % WORDS_PER_COUNTER)
+        self.position = position

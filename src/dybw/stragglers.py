@@ -27,13 +27,15 @@ so switching the distribution or the straggler severity keeps the draws paired (
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 
 from .errors import ConfigError
 from .rng import UniformStream, stream
+from .schema import Choice, Finite, Range
 
 DISTRIBUTIONS = ("constant", "shifted_exp", "pareto", "lognormal", "uniform", "trace")
 UNIFORMS_PER_DRAW = 3
@@ -42,38 +44,22 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 @dataclass
 class DelaySpec:
-    """One delay distribution (see the module docstring for the formula)."""
+    """One delay distribution (see the module docstring for the formula); defaults: conf/straggler/_delays.yaml."""
 
-    dist: str = "constant"
-    shift: float = 0.0
-    scale: float = 0.0
-    alpha: float = 2.0
-    sigma: float = 0.5
-    slow_prob: float = 0.0
-    slow_factor: float = 1.0
-    persistent_ids: list = field(default_factory=list)
-    persistent_fraction: float = 0.0
-    persistent_factor: float = 1.0
-    path: str = ""
+    dist: Annotated[str, Choice(*DISTRIBUTIONS)]
+    shift: Annotated[float, Finite(0, unit="seconds")]
+    scale: Annotated[float, Finite(0, unit="seconds")]
+    alpha: Annotated[float, Finite(0, strict=True, what="a finite Pareto shape")]
+    sigma: Annotated[float, Finite(0)]
+    slow_prob: Annotated[float, Range(0, 1)]
+    slow_factor: Annotated[float, Finite(0, strict=True)]
+    persistent_ids: list  # worker ids, checked against num_workers by the config's cross-checks
+    persistent_fraction: Annotated[float, Range(0, 1)]
+    persistent_factor: Annotated[float, Finite(0, strict=True)]
+    path: str
 
-    def validate(self, where: str) -> None:
-        """Reject values outside their ranges, naming ``where.<field>``."""
-        if self.dist not in DISTRIBUTIONS:
-            raise ConfigError(f"{where}.dist", self.dist, "choose one of: " + ", ".join(DISTRIBUTIONS))
-        for name in ("shift", "scale"):
-            if not np.isfinite(getattr(self, name)) or getattr(self, name) < 0:
-                raise ConfigError(f"{where}.{name}", getattr(self, name), "must be a finite number >= 0 (seconds)")
-        if not (self.alpha > 0 and np.isfinite(self.alpha)):
-            raise ConfigError(f"{where}.alpha", self.alpha, "Pareto shape must be a finite number > 0")
-        if not (self.sigma >= 0 and np.isfinite(self.sigma)):
-            raise ConfigError(f"{where}.sigma", self.sigma, "must be a finite number >= 0")
-        if not 0 <= self.slow_prob <= 1:
-            raise ConfigError(f"{where}.slow_prob", self.slow_prob, "allowed range [0, 1]")
-        if not 0 <= self.persistent_fraction <= 1:
-            raise ConfigError(f"{where}.persistent_fraction", self.persistent_fraction, "allowed range [0, 1]")
-        for name in ("slow_factor", "persistent_factor"):
-            if not np.isfinite(getattr(self, name)) or getattr(self, name) <= 0:
-                raise ConfigError(f"{where}.{name}", getattr(self, name), "must be a finite number > 0")
+    def check_path(self, where: str) -> None:
+        """A replayed trace must exist (the one check that needs the file system)."""
         if self.dist == "trace" and not self.resolved_path().is_file():
             raise ConfigError(f"{where}.path", self.path, "the trace CSV does not exist")
 

@@ -1,12 +1,15 @@
 """Communication graphs of the N workers in consensus-based training.
 
 A topology is an undirected, connected, simple graph ``G = (V, E)`` with ``V = {0, ..., N-1}``.
-Worker ``i`` exchanges parameters only with its neighbours ``N(i) = {j : {i, j} in E}``, and the
-consensus step mixes them with the Metropolis–Hastings weights of :meth:`Graph.metropolis_weights`.
+Worker ``i`` exchanges parameters only with its neighbours ``N(i) = {j : {i, j} in E}``; which of their
+messages it uses, and with what weights, is decided every iteration by the stop policy and the mixing
+rule (:mod:`dybw.mixing`).  :meth:`Graph.metropolis_weights` and :attr:`Graph.spectral_gap` describe the
+graph itself (the Metropolis matrix of cb-Full).
 
-:func:`build_graph` turns a config node (``cfg.name`` plus the fields each kind needs) into a
-:class:`Graph`; every invalid value is reported as a one-line :class:`~dybw.errors.ConfigError`.
-Kinds (``TOPOLOGIES``):
+:func:`build_graph` turns a typed, validated ``topology`` config (one dataclass per kind, in
+:data:`TOPOLOGY_CONFIGS`; ranges such as ``p`` in (0, 1] are checked there) into a :class:`Graph`; what
+depends on the number of workers (a degree that fits N, a connected draw) is reported as a one-line
+:class:`~dybw.errors.ConfigError`.  Kinds (``TOPOLOGIES``):
 
 ``ring``            ``i ~ (i + 1) mod N``
 ``torus``           2-D wrap-around grid, ``rows * cols = N``
@@ -24,16 +27,18 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Annotated
 
 import numpy as np
 
 from dybw.errors import ConfigError
+from dybw.schema import AtLeast, Range
 
 __all__ = [
     "TOPOLOGIES",
+    "TOPOLOGY_CONFIGS",
     "Graph",
     "build_graph",
-    "validate_topology",
     "torus_shape",
 ]
 
@@ -46,8 +51,6 @@ TOPOLOGIES: tuple[str, ...] = (
     "ring",
     "torus",
 )
-
-DEFAULT_MAX_TRIES = 100
 
 # Swap-chain length per edge for random_regular; ~10 swaps per edge mixes well in practice
 # (every edge is touched ~20 times) while staying cheap for a few thousand edges.
@@ -253,24 +256,52 @@ class Graph:
         )
 
 
+# Typed configs: one dataclass per kind, the keys its yaml sets (conf/topology/<kind>.yaml)
 # --------------------------------------------------------------------------------------------
-# Config access helpers
-# --------------------------------------------------------------------------------------------
-
-_UNSET = object()
 
 
-def _field(cfg, key: str, default=None):
-    """``cfg.key`` for dataclasses, plain objects, dicts and OmegaConf nodes; ``default`` if absent."""
-    try:
-        value = cfg.get(key, _UNSET) if isinstance(cfg, Mapping) else getattr(cfg, key, _UNSET)
-    except Exception as exc:
-        # OmegaConf raises MissingMandatoryValue for '???' values; treat them as unset so the
-        # user gets our one-line ConfigError instead of an OmegaConf traceback.
-        if type(exc).__name__ == "MissingMandatoryValue":
-            return default
-        raise
-    return default if value is _UNSET else value
+@dataclass
+class TopologyConfig:
+    """ring, complete, exponential: the name is all."""
+
+    name: str
+
+
+@dataclass
+class TorusConfig(TopologyConfig):
+    rows: Annotated[int, AtLeast(0)]  # 0 = the most square factorisation
+
+
+@dataclass
+class RandomGraphConfig(TopologyConfig):
+    seed: Annotated[int, AtLeast(0)]  # the graph's own seed: the same graph for every algorithm and run seed
+    max_tries: Annotated[int, AtLeast(1)]  # draws before a disconnected graph is an error
+
+
+@dataclass
+class ErdosRenyiConfig(RandomGraphConfig):
+    p: Annotated[float, Range(0, 1, low_open=True)]
+
+
+@dataclass
+class RandomRegularConfig(RandomGraphConfig):
+    d: Annotated[int, AtLeast(1)]
+
+
+@dataclass
+class CustomConfig(TopologyConfig):
+    edges: list
+
+
+TOPOLOGY_CONFIGS = {
+    "complete": TopologyConfig,
+    "custom": CustomConfig,
+    "erdos_renyi": ErdosRenyiConfig,
+    "exponential": TopologyConfig,
+    "random_regular": RandomRegularConfig,
+    "ring": TopologyConfig,
+    "torus": TorusConfig,
+}
 
 
 def _is_int(x) -> bool:
@@ -524,77 +555,47 @@ def _custom_edges(n: int, raw) -> list[tuple[int, int]]:
 # --------------------------------------------------------------------------------------------
 
 
-def _require_seed(cfg, kind: str) -> int:
-    seed = _field(cfg, "seed")
-    if not _is_int(seed) or seed < 0:
-        raise ConfigError("topology.seed", seed, f"a non-negative integer seed is required for {kind}")
-    return int(seed)
-
-
-def _max_tries(cfg) -> int:
-    tries = _field(cfg, "max_tries", DEFAULT_MAX_TRIES)
-    if tries is None:
-        tries = DEFAULT_MAX_TRIES
-    if not _is_int(tries) or tries < 1:
-        raise ConfigError("topology.max_tries", tries, "must be a positive integer (default 100)")
-    return int(tries)
-
-
 def build_graph(cfg, num_workers: int) -> Graph:
     """Build the connected topology ``cfg.name`` on ``N = num_workers`` nodes.
 
-    ``cfg`` is any attribute container (OmegaConf node, dataclass, namespace or dict) with
-    ``name`` and the fields its kind needs: ``torus`` — ``rows`` (optional, 0/None = auto);
-    ``erdos_renyi`` — ``p``, ``seed``, ``max_tries`` (default 100); ``random_regular`` — ``d``,
-    ``seed``, ``max_tries``; ``custom`` — ``edges``. The edge rule of each kind is documented on
-    its builder and in the module docstring. The returned graph is always connected, simple and
-    has ``Graph.name == cfg.name``; anything invalid raises a one-line ``ConfigError``.
+    ``cfg`` is the typed ``topology`` config of its kind (:data:`TOPOLOGY_CONFIGS`): ``torus`` --
+    ``rows`` (0 = auto); ``erdos_renyi`` -- ``p``, ``seed``, ``max_tries``; ``random_regular`` -- ``d``,
+    ``seed``, ``max_tries``; ``custom`` -- ``edges``.  The edge rule of each kind is documented on its
+    builder and in the module docstring.  The returned graph is always connected, simple and has
+    ``Graph.name == cfg.name``; a value that does not fit N raises a one-line ``ConfigError``.
     """
     n = num_workers
-    if not _is_int(n):
-        raise ConfigError("num_workers", n, "must be an integer, at least 2 workers")
-    n = int(n)
-    if n < 2:
+    if not _is_int(n) or n < 2:
         raise ConfigError("num_workers", n, "need at least 2 workers")
-
-    name = _field(cfg, "name")
-    if name not in TOPOLOGIES:
-        raise ConfigError("topology", name, "choose one of: " + ", ".join(TOPOLOGIES))
-
+    n = int(n)
+    name = cfg.name
     if name == "ring":
         edges = _ring_edges(n)
     elif name == "torus":
-        rows, cols = torus_shape(n, _field(cfg, "rows"))
+        rows, cols = torus_shape(n, cfg.rows)
         edges = _torus_edges(n, rows, cols)
     elif name == "complete":
         edges = _complete_edges(n)
     elif name == "exponential":
         edges = _exponential_edges(n)
     elif name == "erdos_renyi":
-        p = _field(cfg, "p")
-        if isinstance(p, bool) or not isinstance(p, (int, float, np.integer, np.floating)) or not (0 < p <= 1):
-            raise ConfigError("topology.p", p, "allowed range (0, 1]")
-        edges = _erdos_renyi_edges(n, float(p), _require_seed(cfg, name), _max_tries(cfg))
+        edges = _erdos_renyi_edges(n, float(cfg.p), cfg.seed, cfg.max_tries)
     elif name == "random_regular":
-        d = _field(cfg, "d")
+        d = cfg.d
         # d = 1 is a perfect matching, connected only for N = 2; N*d odd has no d-regular graph.
-        valid = _is_int(d) and 1 <= d < n and (n * d) % 2 == 0 and (d >= 2 or n == 2)
-        if not valid:
+        if not (1 <= d < n and (n * d) % 2 == 0 and (d >= 2 or n == 2)):
             raise ConfigError(
                 "topology.d",
                 d,
                 f"need 1 <= d < {n}, N*d even and a connected graph; allowed for {n} workers: {_regular_allowed(n)}",
             )
-        edges = _random_regular_edges(n, int(d), _require_seed(cfg, name), _max_tries(cfg))
-    else:  # custom
-        edges = _custom_edges(n, _field(cfg, "edges"))
+        edges = _random_regular_edges(n, int(d), cfg.seed, cfg.max_tries)
+    elif name == "custom":
+        edges = _custom_edges(n, cfg.edges)
+    else:
+        raise ConfigError("topology", name, "choose one of: " + ", ".join(TOPOLOGIES))
 
     graph = Graph(n, tuple(edges), name)
     # Every builder guarantees connectivity; this guards the invariant the trainers rely on.
     assert graph.is_connected(), f"internal error: {name} graph on {n} nodes is disconnected"
     return graph
-
-
-def validate_topology(cfg, num_workers: int) -> Graph:
-    """Check ``cfg`` against ``num_workers`` before any worker starts; same rule as :func:`build_graph`."""
-    return build_graph(cfg, num_workers)

@@ -9,7 +9,7 @@
 - ``finish(summary)``: the contents of ``summary.json``.
 
 ``logger=none`` (or ``logger.mode=disabled``) gives :class:`NullTracker`; ``logger=wandb`` gives
-:class:`WandbTracker`: one W&B run per job (DESIGN.md §8, docs/tracking.md).
+:class:`WandbTracker`: one W&B run per job (docs/tracking.md).
 
 Tracking must never fail or slow a run.  :class:`WandbTracker` therefore makes every W&B call
 (``wandb.init``, each ``log``, ``finish``) on one background thread fed by a queue: the job's thread only

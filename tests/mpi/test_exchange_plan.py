@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 
 from dybw.mixing import mixing_sources
 from dybw.mpi.exchange import ExchangePlan, worker_groups
 from dybw.topology import build_graph
+from helpers import topology
 
 
 def random_graph(rng, n):
-    return build_graph(
-        SimpleNamespace(name="erdos_renyi", p=float(rng.uniform(0.15, 0.8)), seed=int(rng.integers(1 << 30))), n
-    )
+    return build_graph(topology("erdos_renyi", p=float(rng.uniform(0.15, 0.8)), seed=int(rng.integers(1 << 30))), n)
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4, 5])

@@ -60,7 +60,7 @@ def test_virtual_clock_matches_the_local_backend_bit_for_bit(tmp_path, ranks, al
 @pytest.mark.slow
 def test_virtual_clock_matches_the_local_backend_at_paper_size(tmp_path):
     """MNIST, the default mlp, 16 workers, batch 1024: the shapes at which a batched step or a different
-    thread count round differently (engine.BatchedTrainer._adapted, tf_setup.use_threads)."""
+    thread count round differently (trainer.StackedTrainer._adapted, tf_setup.use_threads)."""
     common = ["dataset=mnist", "logger=none", "progress=false", "iterations=20", "eval_every=10"]
     run_config(common, tmp_path / "local")
     run_config(common + ["runner=mpi", "runner.ranks=2"], tmp_path / "mpi")

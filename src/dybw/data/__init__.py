@@ -39,6 +39,7 @@ __all__ = [
     "data_dir_from_env",
     "ensure_files",
     "feature_dim_of",
+    "fetch_dataset_files",
     "input_dim_of",
     "load_dataset",
     "load_raw",
@@ -136,6 +137,15 @@ def num_classes_of(cfg) -> int:
     return _int_field(cfg, "num_classes", 2) if name == "synthetic" else DATASET_INFO[name]["classes"]
 
 
+def fetch_dataset_files(cfg, data_dir=None) -> None:
+    """Verify the dataset's files (downloading missing ones) without loading them; nothing for synthetic.
+
+    What a launcher does once before starting several processes that will each load the data."""
+    name = _name(cfg)
+    if name != "synthetic":
+        ensure_files(name, Path(data_dir) if data_dir else data_dir_from_env(), cache_dir=cache_dir_from_env())
+
+
 def _batch_error(batch_size: int, smallest: int, num_workers: int, split: str) -> ConfigError:
     return ConfigError(
         "dataset.batch_size",
@@ -153,10 +163,10 @@ def load_dataset(
 ) -> Dataset:
     """Load, preprocess and partition the dataset described by ``cfg``.
 
-    ``cfg`` fields: ``name`` (mnist | cifar10 | synthetic), ``batch_size``; optional ``normalize``
-    (default "standard"), ``pca_dim`` (0), ``whiten`` (false), ``split`` ("iid"),
-    ``shards_per_worker`` (2), ``dirichlet_alpha`` (0.5); for synthetic ``num_train``,
-    ``num_test``, ``input_dim``, ``num_classes``, ``class_sep``.
+    ``cfg`` fields (the ``dataset`` config; every one is required, defaults live in
+    ``conf/dataset/``): ``name`` (mnist | cifar10 | synthetic), ``batch_size``, ``normalize``,
+    ``pca_dim``, ``whiten``, ``split``, ``shards_per_worker``, ``dirichlet_alpha``; for synthetic
+    ``num_train``, ``num_test``, ``input_dim``, ``num_classes``, ``class_sep``.
 
     ``data_seed`` seeds the partition (``default_rng(data_seed)``) and the synthetic data.
     Files come from ``data_dir`` (default ``$DYBW_DATA_DIR`` or ``./data``); the preprocessing
@@ -169,14 +179,14 @@ def load_dataset(
     if isinstance(num_workers, (bool, np.bool_)) or not isinstance(num_workers, (int, np.integer)) or num_workers < 1:
         raise ConfigError("num_workers", num_workers, "must be an integer >= 1")
     num_workers = int(num_workers)
-    normalize = _field(cfg, "normalize", "standard")
-    whiten = _field(cfg, "whiten", False)
-    pca_dim = _preprocess.check_options(input_dim_of(cfg), normalize, _field(cfg, "pca_dim", 0), whiten)
-    split = _field(cfg, "split", "iid")
+    normalize = _field(cfg, "normalize")
+    whiten = _field(cfg, "whiten")
+    pca_dim = _preprocess.check_options(input_dim_of(cfg), normalize, _field(cfg, "pca_dim"), whiten)
+    split = _field(cfg, "split")
     if split not in SPLITS:
         raise ConfigError("dataset.split", split, f"valid: {', '.join(SPLITS)}")
-    k = _int_field(cfg, "shards_per_worker", 1, 2)
-    alpha = _field(cfg, "dirichlet_alpha", 0.5)
+    k = _int_field(cfg, "shards_per_worker", 1)
+    alpha = _field(cfg, "dirichlet_alpha")
     n_train = train_size_of(cfg)
     # Best case for the smallest shard, known before loading: iid / dirichlet cannot beat
     # floor(n/N); shards give exactly k * floor(n / (N k)).

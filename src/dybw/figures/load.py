@@ -1,4 +1,4 @@
-"""Read jobs' results files (DESIGN.md §6) into data frames, one row per job / evaluation / iteration.
+"""Read jobs' results files (README: what a run writes) into data frames, one row per job / evaluation / iteration.
 
 Every frame carries the job's identifying values: ``spec``, ``sweep``, ``variant``, the swept keys, and
 from its composed config ``algo``, ``b``, ``label`` (e.g. ``cb-Static (b=1)``), ``dataset``, ``split``,
@@ -14,16 +14,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..algorithms import ALGORITHMS
 from ..results import read_summary
+from . import style
 from .specs import Job
-
-ALGO_NAMES = {"cb_full": "cb-Full", "cb_static": "cb-Static", "cb_dybw": "cb-DyBW"}
 
 
 def algo_label(plain: dict) -> str:
-    algo = plain["algo"]
-    name = ALGO_NAMES.get(algo["name"], algo["name"])
-    return f"{name} (b={algo['b']})" if algo["name"] == "cb_static" else name
+    """How figures name a run: its algorithm class's label for its ``algo`` keys (e.g. ``cb-Static (b=1)``)."""
+    algorithm = ALGORITHMS[plain["algo"]["name"]]
+    label = algorithm.label_for(plain["algo"])
+    style.remember_color(label, algorithm.color_for(plain["algo"]))
+    return label
 
 
 def identity(job: Job) -> dict:

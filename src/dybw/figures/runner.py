@@ -1,13 +1,12 @@
 """Run a spec's jobs in this process: reuse completed ones, train or simulate the missing ones.
 
-Training goes through :func:`dybw.job.run_job` (the same function ``run.py`` calls, so TensorFlow is
-imported once for the whole sweep); clock-only jobs through :func:`dybw.figures.clock.run_clock_job`.
+Training goes through the local runner (``runner=local``: the numbers of ``runner=mpi`` too, and TensorFlow
+is imported once for the whole sweep); clock-only jobs through :func:`dybw.figures.clock_only.run_clock_job`.
 A job whose ``summary.json`` says ``completed`` with the same config hash is never rerun.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 import warnings
@@ -22,7 +21,7 @@ from .specs import Job
 
 def completed(job: Job, results: Path) -> dict | None:
     """The summary of a completed run of exactly this job's config, if there is one."""
-    from ..job import completed_before
+    from ..results import completed_before
 
     return completed_before(job.job_dir(results), job.digest)
 
@@ -48,16 +47,15 @@ def run_one(job: Job, results: Path) -> tuple[dict | None, str]:
             graph = validate(cfg)
             _write_hydra_files(job, job_dir)
             if job.kind == "clock":
-                from .clock import run_clock_job
+                from .clock_only import run_clock_job
 
                 summary = run_clock_job(cfg, graph, job_dir, job.digest)
             else:
-                from ..job import run_job
+                from ..runners import RUNNERS
 
-                # In this process (one TF start-up for the whole sweep), i.e. the local backend, whatever
+                # In this process (one TF start-up for the whole sweep), i.e. the local runner, whatever
                 # runner the config names: runner=mpi computes the same bits, and the hash ignores it.
-                cfg = dataclasses.replace(cfg, runner=dataclasses.replace(cfg.runner, name="local"))
-                summary = run_job(cfg, graph, job_dir, job.plain, job.digest)
+                summary = RUNNERS["local"].run(cfg, graph, job_dir, job.plain, job.digest)
         notes = sorted({str(w.message) for w in caught if "clamped" in str(w.message)})
         note = "; ".join(notes)
         return summary, note

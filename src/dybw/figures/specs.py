@@ -308,7 +308,7 @@ def _job(composer: Composer, spec: str, kind: str, overrides: list[str], params:
         overrides = [o for o in overrides if not o.startswith("experiment_name=")]
         overrides.append(f"experiment_name=quick_{plain['experiment_name']}")
         plain = composer.compose(overrides)
-    from .clock import VERSION
+    from .clock_only import VERSION
 
     digest = config_hash(plain) if kind == "train" else config_hash({**plain, "clock_only": VERSION})
     return Job(

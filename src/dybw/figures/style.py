@@ -7,19 +7,25 @@ from pathlib import Path
 
 import matplotlib
 
+from ..algorithms import ALGORITHMS
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-ORDER = ["cb-Full", "cb-Static (b=1)", "cb-Static (b=2)", "cb-DyBW"]
-COLORS = {
-    "cb-Full": "#0173B2",
-    "cb-Static (b=1)": "#DE8F05",
-    "cb-Static (b=2)": "#029E73",
-    "cb-DyBW": "#D55E00",
-}
+# The paper's runs, in its legend order; any other run follows, by label.  Labels and colours are the
+# algorithm classes' own (dybw.algorithms); a run of another algorithm adds its colour when it is labelled.
+PAPER_RUNS = [("cb_full", {}), ("cb_static", {"b": 1}), ("cb_static", {"b": 2}), ("cb_dybw", {})]
+ORDER = [ALGORITHMS[name].label_for(params) for name, params in PAPER_RUNS]
+COLORS = {ALGORITHMS[name].label_for(params): ALGORITHMS[name].color_for(params) for name, params in PAPER_RUNS}
 EXTRA = ["#CC78BC", "#CA9161", "#949494", "#56B4E9", "#ECE133", "#FBAFE4"]
 DASHES = {"iid": "-", "shards": "--", "dirichlet": ":"}
+
+
+def remember_color(label: str, color: str | None) -> None:
+    """The colour an algorithm class gives a label (None: one of EXTRA, by the label's rank)."""
+    if color is not None:
+        COLORS.setdefault(label, color)
 
 
 def setup() -> None:

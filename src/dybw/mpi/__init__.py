@@ -1,4 +1,4 @@
-"""The MPI backend (DESIGN.md §5): the protocol executed by real MPI ranks.
+"""The MPI runner (docs/mpi.md): the protocol executed by real MPI ranks.
 
 - :mod:`.launch`   the parent side: ``mpiexec -n R python -m dybw.mpi <job dir>`` per job, heartbeats,
                    timeout, naming a dead or hung rank, no orphans.

@@ -1,8 +1,9 @@
 """``python -m dybw.mpi <job dir>``: one MPI rank of a job prepared by :mod:`dybw.mpi.launch`.
 
-Every rank reads ``<job dir>/.mpi/job.json`` (the resolved config), builds the same graph, data and
-schedule, and runs its share; rank 0 writes the results.  A rank that fails writes its error to
-``.mpi/rank-<r>.error`` and aborts the world, so no rank is left waiting for it.
+Every rank reads ``<job dir>/.mpi/job.json`` (the resolved config), imports its ``plugins``, builds the
+same graph, data and schedule, and runs its share (:func:`dybw.mpi.world.run_in_world`); rank 0 writes
+the results.  A rank that fails writes its error to ``.mpi/rank-<r>.error`` and aborts the world, so no
+rank is left waiting for it.
 """
 
 from __future__ import annotations
@@ -11,45 +12,6 @@ import json
 import os
 import sys
 from pathlib import Path
-
-
-def _maybe_inject_fault(cfg, rank: int, iteration: int) -> None:
-    """Test hook (``runner.fault``): make one rank fail in a chosen way at a chosen iteration."""
-    if cfg.runner.fault == "none" or rank != cfg.runner.fault_rank or iteration != cfg.runner.fault_iteration:
-        return
-    if cfg.runner.fault == "raise":
-        raise RuntimeError(f"injected fault on rank {rank} at iteration {iteration}")
-    if cfg.runner.fault == "hang":
-        import time
-
-        while True:  # a rank stuck in computation: only the launcher's timeout ends it
-            time.sleep(1)
-    if cfg.runner.fault == "exit":
-        os._exit(3)
-
-
-def run_in_world(comm, cfg, graph, job_dir: Path, plain: dict, digest: str) -> dict:
-    """This rank's part of the job; rank 0 writes the results and returns the summary."""
-    from ..job import run_job
-    from .health import Heartbeat
-
-    heartbeat = Heartbeat(job_dir, comm.rank)
-
-    def on_iteration(iteration):
-        heartbeat.beat(iteration, force=iteration == 1)  # the launcher learns at once that all started
-        _maybe_inject_fault(cfg, comm.rank, iteration)
-
-    if cfg.runner.clock == "wall":
-        from .wall import WallClockEngine as Engine
-    else:
-        from .virtual import MpiVirtualEngine as Engine
-
-    def make_engine(cfg_, graph_, dataset, network):
-        return Engine(comm, cfg_, graph_, dataset, network, on_iteration=on_iteration, on_wait=heartbeat.waiting)
-
-    summary = run_job(cfg, graph, job_dir, plain, digest, make_engine=make_engine, writes=comm.rank == 0)
-    heartbeat.beat(cfg.iterations, finished=True)
-    return summary
 
 
 def _exit_with_parent(parent: dict | None) -> None:
@@ -77,7 +39,8 @@ def _exit_with_parent(parent: dict | None) -> None:
 
 def run_rank(comm, job_dir: Path) -> int:
     from ..config import load, validate
-    from ..engine import Diverged
+    from ..errors import Diverged
+    from .world import run_in_world
 
     spec = json.loads((job_dir / ".mpi" / "job.json").read_text())
     _exit_with_parent(spec.get("parent"))

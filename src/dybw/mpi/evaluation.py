@@ -2,7 +2,7 @@
 
 Every rank counts its workers' right test predictions; rank 0 gathers the counts and the parameters
 (back in worker order) and averages the parameters; every rank receives ``xbar`` and sums the losses and
-right predictions over its share of the evaluation chunks (``engine.BatchedTrainer.chunk_sums``); rank 0
+right predictions over its share of the evaluation chunks (``trainer.StackedTrainer.chunk_sums``); rank 0
 adds the shares up in chunk order.  The chunk sums are the local backend's bits, so the metrics are too,
 and each rank does about ``1/R`` of an evaluation's work.
 """

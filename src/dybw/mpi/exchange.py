@@ -123,7 +123,7 @@ class NeighbourExchange:
     would post.  A peer gets the rows of this rank's ``[M, P]`` output it needs straight from that output
     -- one contiguous slice, or an MPI indexed datatype when they are not adjacent -- so nothing is
     packed, stacked or copied in Python; the mixing reads both buffers in place
-    (``engine.BatchedTrainer.mix``).
+    (``trainer.StackedTrainer.mix``).
     """
 
     def __init__(self, comm, plan: ExchangePlan, num_params: int, on_wait=None):

@@ -23,8 +23,8 @@ import threading
 import time
 from pathlib import Path
 
-from ..errors import DybwError, interruption
-from ..results import atomic_write_json
+from ..errors import Diverged, DybwError, interruption
+from ..results import Summary, atomic_write_json, timeline_from_checkpoint
 from .health import HOST, mpi_dir, read_errors, read_heartbeats
 
 POLL_SECONDS = 0.1
@@ -275,8 +275,6 @@ def _watch(process, job_dir, ranks, timeout_s, startup_timeout_s, output, starte
 
 def launch_job(cfg, job_dir: Path, plain: dict, digest: str) -> dict:
     """Run one job as an MPI world; returns the summary rank 0 wrote (or a 'failed' one)."""
-    from ..job import failed_summary
-
     job_dir = Path(job_dir)
     folder = mpi_dir(job_dir)
     shutil.rmtree(folder, ignore_errors=True)
@@ -315,11 +313,12 @@ def launch_job(cfg, job_dir: Path, plain: dict, digest: str) -> dict:
             summary = _read(job_dir)
             if summary is None or summary.get("status") == "completed":
                 status = "interrupted" if failure.startswith("interrupted") else "failed"
-                failed_summary(cfg, job_dir, status, failure, digest, time.perf_counter() - started)
+                # Rank 0 died before writing its timeline: the checkpoint of its last evaluation holds it.
+                timeline_from_checkpoint(job_dir, digest)
+                wall = time.perf_counter() - started
+                Summary.from_metrics_file(cfg, job_dir, status, failure, digest, wall).write(job_dir)
     summary = _read(job_dir)
     if summary is not None and summary.get("status") == "diverged":
-        from ..engine import Diverged
-
         raise Diverged(summary.get("message", "diverged"))
     if failure or summary is None:
         raise RankFailure(failure or "rank 0 wrote no summary.json")

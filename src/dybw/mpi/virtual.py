@@ -9,7 +9,7 @@ iteration, ATC::
 
 (CTA exchanges and mixes ``X`` first, then adapts.)  The common random numbers make the delays,
 minibatches and initial model those of the local backend; the local steps are the same XLA program per
-worker, and each row's mixing adds the same products in the same order (``BatchedTrainer._mixed``),
+worker, and each row's mixing adds the same products in the same order (``StackedTrainer._mixed``),
 so the results are the local backend's bit for bit.  Rank 0 gathers the parameters for evaluations and
 writes every result file.
 """
@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine import LocalEngine
+from ..engine import IterationEngine
 from .evaluation import SharedEvaluation
 from .exchange import ExchangePlan, NeighbourExchange, wait_all, worker_groups
 
 
-class MpiVirtualEngine(SharedEvaluation, LocalEngine):
+class MpiVirtualEngine(SharedEvaluation, IterationEngine):
     def __init__(self, comm, cfg, graph, dataset, network, on_iteration=None, on_wait=None):
         self.comm = comm
         self.plan = ExchangePlan.build(graph.adjacency, worker_groups(cfg.num_workers, comm.size), comm.rank)

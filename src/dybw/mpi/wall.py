@@ -5,13 +5,14 @@ Worker j, iteration k (ATC)::
     start    = now
     y        = x - eta g                        (TF)  then sleep until start + C_j(k)   -> ready
     for i in N_j: send y to i at ready + D_ji(k)       (the sender holds the message: right across hosts)
-    listen until the policy says stop:
-        cb_full:   all d_j neighbours' iteration-k messages here
-        cb_static: d_j - b of them
-        cb_dybw:   lock-step: once m are here, enter a non-blocking barrier (MPI_Ibarrier) and keep
-                   receiving until it completes (= theta, the last worker becoming eligible); free: m here
+    listen until the stop policy says stop (algorithms.StopPolicy): eligible once p_j = waits[j]
+    messages are here (or ``timeout`` seconds after ready);
+        a local rule stops there;
+        a threshold rule (cb_dybw) in lock-step enters a non-blocking barrier (MPI_Ibarrier) when eligible
+        and keeps receiving until it completes (= theta, the last worker becoming eligible)
     x        = sum_{i in S_j ∪ {j}} W_ji y_i                                           -> stop = finish
-    lock-step: a non-blocking barrier ends the iteration for everyone (E(k)); free: go on.
+    lock-step: a non-blocking barrier ends the iteration for everyone (E(k)), unless the threshold's
+    barrier already did (ATC: nothing follows theta); free: go on.
 
 Messages are flat float32 buffers ``[P + 1]`` whose last entry is the iteration (exact below 2^24); a
 message from an older iteration is dropped, a newer one is kept until needed.  Receives are always
@@ -27,7 +28,8 @@ import time
 
 import numpy as np
 
-from ..engine import Diverged, LocalEngine
+from ..engine import IterationEngine
+from ..errors import Diverged
 from ..mixing import mixing_matrices
 from .evaluation import SharedEvaluation
 
@@ -35,7 +37,9 @@ DATA_TAG, DONE_TAG = 0, 1
 POLL_SECONDS = 0.0002
 
 
-class WallClockEngine(SharedEvaluation, LocalEngine):
+class WallClockEngine(SharedEvaluation, IterationEngine):
+    checkpointed = False  # a measurement: not resumable (config validation rejects resume)
+
     def __init__(self, comm, cfg, graph, dataset, network, on_iteration=None, on_wait=None):
         if comm.size != cfg.num_workers:
             raise ValueError(
@@ -49,8 +53,8 @@ class WallClockEngine(SharedEvaluation, LocalEngine):
         self.on_wait = on_wait
         self.neighbors = [int(i) for i in graph.neighbors[self.me]]
         self.degree = len(self.neighbors)
-        policy = self.schedule.protocol.policy
-        self.waits = int(np.atleast_1d(getattr(policy, "waits", graph.degrees))[self.me])
+        self.policy = self.schedule.clock.policy
+        self.waits = int(self.policy.waits[self.me])
         self.num_params = network.num_params
         self._buffers = {i: np.empty(self.num_params + 1, np.float32) for i in self.neighbors}
         self._receives = {}
@@ -116,18 +120,20 @@ class WallClockEngine(SharedEvaluation, LocalEngine):
             time.sleep(POLL_SECONDS)
 
     # -- one iteration --------------------------------------------------------------------------
-    def _listen(self, k: int, ready_to_stop) -> dict[int, np.ndarray]:
-        lockstep_dybw = self.cfg.algo.name == "cb_dybw" and self.cfg.protocol.sync == "lockstep"
+    def _listen(self, k: int, deadline: float) -> dict[int, np.ndarray]:
+        """Receive iteration k's messages until the policy's stop: ``waits`` of them here or ``deadline``
+        passed (eligible), then, for a threshold rule in lock-step, until every worker is eligible."""
+        threshold = self.policy.threshold and self.cfg.protocol.sync == "lockstep"
         barrier = None
         while True:
             self._service()
-            arrived = len(self._inbox.get(k, {}))
-            if lockstep_dybw:
-                if barrier is None and ready_to_stop(arrived):
+            eligible = len(self._inbox.get(k, {})) >= self.waits or self.now() >= deadline
+            if threshold:
+                if barrier is None and eligible:
                     barrier = self.comm.Ibarrier()  # eligible: r_j reached
                 if barrier is not None and barrier.Test():
                     break  # theta: every worker is eligible
-            elif ready_to_stop(arrived):
+            elif eligible:
                 break
             time.sleep(POLL_SECONDS)
         return self._inbox.pop(k, {})
@@ -154,7 +160,9 @@ class WallClockEngine(SharedEvaluation, LocalEngine):
         destinations = links[outgoing, 1]
         batches = self.schedule.batches.take(0, iterations)[:, 0]  # [K, B]
         lrs = self.schedule.learning_rate(np.arange(iterations))
-        waits = self.waits if cfg.algo.name != "cb_full" else self.degree
+        # Lock-step ends every iteration with a barrier (E(k)), unless the threshold's barrier ended it:
+        # under ATC nothing follows theta; under CTA the local step does.
+        end_barrier = cfg.protocol.sync == "lockstep" and not (self.policy.threshold and cfg.algo.update == "atc")
         record = np.full((iterations, 6), np.nan)  # start, ready, stop, finish, used, end
         x = self.trainer.params.numpy()[0]
         first_bad = None
@@ -179,7 +187,7 @@ class WallClockEngine(SharedEvaluation, LocalEngine):
             payload = np.append(own, np.float32(k)).astype(np.float32)
             for dst, delay in zip(destinations, link_delays[k]):
                 self._send_later(ready + delay, int(dst), payload)
-            received = self._listen(k, lambda arrived: arrived >= waits)
+            received = self._listen(k, ready + self.policy.timeout)
             stop = self.now()
             x = self._combine(own, received)
             finish = stop
@@ -190,7 +198,7 @@ class WallClockEngine(SharedEvaluation, LocalEngine):
                 finish = self.now()
             if not np.isfinite(loss) and first_bad is None:
                 first_bad = k
-            if cfg.protocol.sync == "lockstep" and cfg.algo.name != "cb_dybw":
+            if end_barrier:
                 self._wait_barrier()
             record[k] = (start, ready, stop, finish, len(received), self.now())
             self.trainer.params = tf.constant(x[None])

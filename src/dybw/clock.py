@@ -1,6 +1,6 @@
 """The virtual clock: start, ready, stop and finish times of every worker, and who uses whom.
 
-Times are seconds.  For iteration k (DESIGN.md §2), with ``C_j`` the compute time and ``D_ij`` the delay
+Times are seconds.  For iteration k (docs/protocol.md), with ``C_j`` the compute time and ``D_ij`` the delay
 of link i -> j:
 
 ATC (adapt, then combine)::
@@ -28,8 +28,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .policies import Policy
-
 SYNC_MODES = ("lockstep", "free")
 UPDATE_ORDERS = ("atc", "cta")
 
@@ -55,12 +53,10 @@ class TimingChunk:
         return len(self.end)
 
 
-class Protocol:
-    """Advances the virtual clock chunk by chunk for one graph, policy, sync mode and update order."""
+class VirtualClock:
+    """Advances the virtual clock chunk by chunk for one graph, stop policy, sync mode and update order."""
 
-    def __init__(
-        self, num_workers: int, links: np.ndarray, policy: Policy, sync: str = "lockstep", update: str = "atc"
-    ):
+    def __init__(self, num_workers: int, links: np.ndarray, policy, sync: str = "lockstep", update: str = "atc"):
         self.num_workers = num_workers
         self.src, self.dst = np.asarray(links, dtype=np.int64).reshape(-1, 2).T
         self.policy = policy

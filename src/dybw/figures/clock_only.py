@@ -1,11 +1,11 @@
 """Clock-only jobs: the virtual clock of a config without any training.
 
-The clock never depends on the model (DESIGN.md §2-3): the delays come from their own streams and the
+The clock never depends on the model (docs/protocol.md): the delays come from their own streams and the
 stop rules only see arrival times.  So the iteration durations, the used sets and the backup counts of a
-config are computed here with the same :class:`~dybw.stragglers.DelaySampler`,
-:class:`~dybw.protocol.Protocol` and policy the training engine's :class:`~dybw.engine.Schedule` uses, for
-thousands of iterations in milliseconds.  A clock job writes ``topology.json``, ``timeline.parquet``,
-``usage.parquet`` (per directed link i -> j, the share of iterations in which j used i's message) and a
+config are computed here with the same delays and clock the training engine uses
+(:func:`dybw.engine.delays_and_clock`), for thousands of iterations in milliseconds.  A clock job writes
+``topology.json``, ``timeline.parquet``, ``usage.parquet`` (per directed link i -> j, the share of
+iterations in which j used i's message) and a
 ``summary.json`` with ``mode: clock`` (training fields null) into its directory.  Its ``config_hash`` is
 the config's hash with a ``clock_only`` marker, so ``run.py`` never mistakes it for a trained job.
 """
@@ -18,11 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..engine import Timeline
-from ..policies import make_policy
-from ..protocol import Protocol
-from ..results import ResultsWriter
-from ..stragglers import DelaySampler
+from ..engine import Timeline, delays_and_clock
+from ..results import ResultsWriter, Summary
 
 CHUNK = 256
 VERSION = 2  # part of a clock job's config hash: bump when what a clock job writes changes
@@ -31,18 +28,15 @@ VERSION = 2  # part of a clock job's config hash: bump when what a clock job wri
 def simulate(cfg, graph) -> tuple[Timeline, np.ndarray]:
     """The timeline of ``cfg.iterations`` iterations of ``cfg``'s clock, and ``used[j, i]``: in how many
     iterations worker j used neighbour i's message."""
-    links = graph.directed_links()
-    delays = DelaySampler(cfg.straggler.compute, cfg.straggler.link, links, cfg.num_workers, cfg.seed)
     with warnings.catch_warnings():  # a clamped algo.b was already reported when the spec was checked
         warnings.simplefilter("ignore")
-        policy = make_policy(cfg.algo, graph.degrees)
-    protocol = Protocol(cfg.num_workers, links, policy, cfg.protocol.sync, cfg.algo.update)
+        delays, clock = delays_and_clock(cfg, graph)
     timeline = Timeline(cfg.iterations, cfg.num_workers, graph.degrees)
     used = np.zeros((cfg.num_workers, cfg.num_workers), dtype=np.int64)
     k = 0
     while k < cfg.iterations:
         count = min(CHUNK, cfg.iterations - k)
-        chunk = protocol.advance(delays.compute(k, count), delays.link(k, count))
+        chunk = clock.advance(delays.compute(k, count), delays.link(k, count))
         timeline.record(chunk, count)
         used += chunk.used[:count].sum(axis=0)
         k += count
@@ -79,28 +73,27 @@ def run_clock_job(cfg, graph, job_dir: Path, digest: str) -> dict:
     writer.write_timeline(timeline.truncated())
     _write_usage(Path(job_dir) / "usage.parquet", graph, used, timeline.done)
     done = timeline.done
-    summary = {
-        "status": "completed",
-        "message": "virtual clock only (no training)",
-        "mode": "clock",
-        "algo": cfg.algo.name,
-        "dataset": None,
-        "num_workers": cfg.num_workers,
-        "iterations": done,
-        "total_time": float(timeline.end[done - 1]),
-        "mean_iteration_duration": timeline.mean_duration(),
-        "final_train_loss": None,
-        "final_test_accuracy": None,
-        "best_test_accuracy": None,
-        "target_accuracy": None,
-        "time_to_target": None,
-        "iterations_to_target": None,
-        "mean_backups": timeline.mean_backups(),
-        "mean_used": float(np.mean(timeline.columns["used"][:done])),
-        "wall_seconds": time.perf_counter() - started,
-        "seed": cfg.seed,
-        "experiment": cfg.experiment_name,
-        "config_hash": digest,
-    }
-    writer.write_summary(summary)
-    return summary
+    summary = Summary(
+        status="completed",
+        message="virtual clock only (no training)",
+        mode="clock",
+        algo=cfg.algo.name,
+        dataset=None,
+        num_workers=cfg.num_workers,
+        iterations=done,
+        total_time=float(timeline.end[done - 1]),
+        mean_iteration_duration=timeline.mean_duration(),
+        final_train_loss=None,
+        final_test_accuracy=None,
+        best_test_accuracy=None,
+        target_accuracy=None,
+        time_to_target=None,
+        iterations_to_target=None,
+        mean_backups=timeline.mean_backups(),
+        mean_used=float(np.mean(timeline.columns["used"][:done])),
+        wall_seconds=time.perf_counter() - started,
+        seed=cfg.seed,
+        experiment=cfg.experiment_name,
+        config_hash=digest,
+    )
+    return summary.write(job_dir)

@@ -1,0 +1,28 @@
+"""The training algorithms, one module each, found by ``algo.name`` (:data:`ALGORITHMS`).
+
+- :mod:`.cb_full`   wait for every neighbour;
+- :mod:`.cb_static` wait for the fastest ``d_j - b`` neighbours;
+- :mod:`.cb_dybw`   dynamic backup workers: listen until the last worker could stop.
+
+:mod:`.base` holds what they share: the registry, the common config keys, :class:`StopPolicy`.
+"""
+
+from __future__ import annotations
+
+from .base import ALGORITHMS, AlgoConfig, Algorithm, StopPolicy, build_algorithm, clamp_waits, order_statistic
+from .cb_dybw import CbDyBW
+from .cb_full import CbFull
+from .cb_static import CbStatic
+
+__all__ = [
+    "ALGORITHMS",
+    "CbDyBW",
+    "CbFull",
+    "CbStatic",
+    "AlgoConfig",
+    "Algorithm",
+    "StopPolicy",
+    "build_algorithm",
+    "clamp_waits",
+    "order_statistic",
+]

@@ -1,0 +1,94 @@
+"""``runner=mpi``: the job on MPI ranks, launched by ``run.py`` or in the world it was started in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+from ..errors import ConfigError, DataError
+from ..runners.base import RUNNERS, Runner, RunnerConfig
+from ..schema import AtLeast, Choice, Finite
+from . import world_size_from_environment
+
+FAULTS = ("none", "raise", "hang", "exit")
+
+
+@dataclass
+class MpiRunnerConfig(RunnerConfig):
+    ranks: Annotated[int, AtLeast(0)]  # 0 = min(num_workers, cores); ranks host contiguous groups of workers
+    launcher: list[str]  # e.g. [mpiexec, -n, "{ranks}"] or [srun, -n, "{ranks}"]
+    timeout_s: Annotated[float, Finite(0, strict=True, unit="seconds")]  # silence once iterating that fails the job
+    startup_timeout_s: Annotated[float, Finite(0, strict=True, unit="seconds")]  # silence allowed before
+    fault: Annotated[str, Choice(*FAULTS)]  # test hook: make fault_rank raise / hang / exit at fault_iteration
+    fault_rank: int
+    fault_iteration: int
+
+
+@RUNNERS.register
+class MpiRunner(Runner):
+    """Ranks host groups of workers (virtual clock: the local runner's bits) or one worker each (wall clock:
+    real delays, measured times).  ``docs/mpi.md``."""
+
+    name = "mpi"
+    Config = MpiRunnerConfig
+    clocks = ("virtual", "wall")
+
+    @classmethod
+    def check(cls, cfg, algorithm) -> None:
+        super().check(cfg, algorithm)
+        from .launch import find_launcher, resolve_ranks
+
+        runner = cfg.runner
+        if cfg.resume and runner.clock == "wall":
+            raise ConfigError(
+                "resume",
+                cfg.resume,
+                "wall-clock runs are measurements and are not checkpointed: resume needs runner.clock=virtual",
+            )
+        if runner.ranks > cfg.num_workers:
+            raise ConfigError(
+                "runner.ranks", runner.ranks, f"allowed range 0..{cfg.num_workers} (num_workers; 0 = auto)"
+            )
+        if runner.clock == "wall" and runner.ranks not in (0, cfg.num_workers):
+            raise ConfigError(
+                "runner.ranks", runner.ranks, f"the wall clock runs one worker per rank: use 0 or {cfg.num_workers}"
+            )
+        if runner.fault != "none":
+            highest = resolve_ranks(cfg) - 1
+            if not 0 <= runner.fault_rank <= highest:
+                raise ConfigError(
+                    "runner.fault_rank", runner.fault_rank, f"allowed range 0..{highest} (a rank of the job)"
+                )
+        if not runner.launcher:
+            raise ConfigError("runner.launcher", runner.launcher, "must name a launcher, e.g. [mpiexec, -n, '{ranks}']")
+        if world_size_from_environment() == 1 and find_launcher(str(runner.launcher[0])) is None:
+            raise ConfigError(
+                "runner.launcher",
+                runner.launcher,
+                f"{runner.launcher[0]!r} is not on PATH: pip install mpich provides mpiexec (or run with runner=local)",
+            )
+
+    @classmethod
+    def run(cls, cfg, graph, job_dir: Path, resolved: dict, digest: str) -> dict:
+        """In the MPI world ``run.py`` was started in, or in one launched for this job."""
+        if world_size_from_environment() > 1:
+            from mpi4py import MPI
+
+            from .world import run_in_world
+
+            return run_in_world(MPI.COMM_WORLD, cfg, graph, job_dir, resolved, digest)
+        from ..data import fetch_dataset_files
+        from ..results import Summary
+        from .launch import launch_job
+
+        # R ranks would otherwise each verify (and race to download) the files, and a missing one would
+        # reach the user through a rank's abort instead of as the one line runner=local gives.
+        try:
+            fetch_dataset_files(cfg.dataset, cfg.data_dir)
+        except DataError as error:
+            Summary.from_metrics_file(cfg, job_dir, "failed", f"{type(error).__name__}: {error}", digest, 0.0).write(
+                job_dir
+            )
+            raise
+        return launch_job(cfg, job_dir, resolved, digest)

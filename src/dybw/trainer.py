@@ -1,0 +1,220 @@
+"""The TensorFlow side of training: the workers' parameters as rows of one ``[M, P]`` matrix.
+
+:class:`StackedTrainer` holds the hosted workers' stacked parameters and compiles what runs on them:
+the local steps (one worker at a time inside one XLA program), the mixing of each row with its
+neighbours' rows, and the evaluation sums.  It knows nothing of time: the engines (:mod:`.engine`,
+:mod:`.mpi`) tell it which weights, minibatches and learning rates each iteration uses.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .models import StackedNetwork
+from .tf_setup import import_tensorflow
+
+# Samples per piece of the average model's evaluation: processes share the pieces, and each piece is
+# summed by the same program wherever it runs.  Divides MNIST's and CIFAR-10's 60k/50k/10k exactly.
+EVALUATION_CHUNK = 2500
+
+
+class StackedTrainer:
+    """TF side: the stacked parameters ``X`` ``[N, P]`` and the compiled step and evaluation."""
+
+    def __init__(
+        self,
+        network: StackedNetwork,
+        dataset,
+        update: str,
+        weight_decay: float,
+        initial: np.ndarray,
+        num_workers: int,
+        sources: np.ndarray,
+    ):
+        tf = self.tf = import_tensorflow()
+        self.network = network
+        self.weight_decay = float(weight_decay)
+        # [M, S]: where row j's mixing sources are -- rows of Y, then rows received from other processes.
+        self.sources = tf.constant(np.asarray(sources, dtype=np.int32))
+        self.hosted = int(num_workers)
+        # Variables, not constants: XLA would otherwise embed the whole dataset in the compiled program.
+        self.x_train = tf.Variable(dataset.x_train, trainable=False)
+        self.y_train = tf.Variable(dataset.y_train.astype(np.int32), trainable=False)
+        self.x_test = tf.Variable(dataset.x_test, trainable=False)
+        self.y_test = tf.Variable(dataset.y_test.astype(np.int32), trainable=False)
+        self.params = tf.constant(np.tile(initial[None, :], (num_workers, 1)))
+        step = self._adapt_then_combine if update == "atc" else self._combine_then_adapt
+        self._step = tf.function(step, jit_compile=True)
+        self._average = tf.function(self._average_and_consensus, jit_compile=True)
+        self._chunk_sums = tf.function(self._sums_over_chunks, jit_compile=True)
+        self._count_correct = tf.function(self._correct_counts, jit_compile=True)
+        self.num_train, self.num_test = len(dataset.y_train), len(dataset.y_test)
+        self._prepare_chunks(dataset)
+
+    def _prepare_chunks(self, dataset) -> None:
+        """The training then the test samples, each padded (mask 0) to a multiple of the chunk size."""
+        size = self.chunk_size = min(EVALUATION_CHUNK, max(self.num_train, self.num_test))
+
+        def padded(values, fill=0):
+            return np.concatenate([values, np.full((-len(values) % size, *values.shape[1:]), fill, values.dtype)])
+
+        samples = np.concatenate([padded(dataset.x_train), padded(dataset.x_test)])
+        self.train_chunks = len(padded(dataset.y_train)) // size
+        self.num_chunks = len(samples) // size
+        self.chunk_samples = self.tf.Variable(samples, trainable=False)
+        self.chunk_labels = self.tf.Variable(
+            np.concatenate([padded(dataset.y_train.astype(np.int32)), padded(dataset.y_test.astype(np.int32))]),
+            trainable=False,
+        )
+        self.chunk_mask = self.tf.Variable(
+            np.concatenate([padded(np.ones(self.num_train, np.float32)), padded(np.ones(self.num_test, np.float32))]),
+            trainable=False,
+        )
+
+    def _local_loss(self, params, indices):
+        """``f_j(x_j; batch_j)`` of one worker: mean cross-entropy (+ weight decay) for ``[P]``, ``[B]``."""
+        tf = self.tf
+        x = tf.gather(self.x_train, indices)
+        y = tf.gather(self.y_train, indices)
+        logits = self.network.logits(tf, params[None], x[None])[0]
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+        if self.weight_decay:
+            loss += 0.5 * self.weight_decay * tf.reduce_sum(tf.square(params))
+        return loss
+
+    def _adapted(self, params, indices, lr):
+        """The local steps ``Y = X - eta G(X)`` and the losses ``[M]`` of ``M`` workers' rows.
+
+        One worker at a time (``tf.map_fn``, a loop inside the XLA program), not as one batched
+        computation: XLA tiles a batched reduction by the number of rows it spans, so a worker's rounding
+        would depend on how many workers share its process.  Looped, every worker runs the same
+        fixed-shape program, and ``runner=local`` and ``runner=mpi`` (M = N/R) agree bit for bit -- at
+        no cost in speed (``bench/bench_step_layout.py``: 0.74-1.03x the batched program).
+        """
+        tf = self.tf
+
+        def worker(args):
+            row, batch = args
+            with tf.GradientTape() as tape:
+                tape.watch(row)
+                loss = self._local_loss(row, batch)
+            return row - lr * tape.gradient(loss, row), loss
+
+        return tf.map_fn(worker, (params, indices), fn_output_signature=(tf.float32, tf.float32))
+
+    def _mixed(self, weights, rows, received=None):
+        """``x_j = sum_s w_js y_{sources_js}``, ``s`` ascending: row j of ``W @ Y`` (``mixing.gathered_weights``).
+
+        ``rows`` ``[M, P]`` are the hosted workers' ``Y``; ``received`` ``[Q, P]`` (MPI) the neighbours'
+        rows other processes sent, addressed as rows ``M..M+Q-1``.  The slots are unrolled into one XLA
+        loop fusion that reads both buffers where they are (no concatenated copy), and every row adds
+        the same products in the same order whichever buffer holds them: ``runner=mpi`` mixes its rows
+        to the bits ``runner=local`` gets.  A row costs ``(d_j + 1) P`` multiply-adds, not ``N P``.
+        """
+        tf = self.tf
+        hosted = self.hosted
+
+        def source(slot):
+            index = self.sources[:, slot]
+            if received is None:
+                return tf.gather(rows, index)
+            from_rows = tf.gather(rows, tf.minimum(index, hosted - 1))
+            from_received = tf.gather(received, tf.maximum(index - hosted, 0))
+            return tf.where((index < hosted)[:, None], from_rows, from_received)
+
+        mixed = weights[:, :1] * source(0)
+        for slot in range(1, self.sources.shape[1]):
+            mixed = mixed + weights[:, slot : slot + 1] * source(slot)
+        return mixed
+
+    def _adapt_then_combine(self, params, indices, lr, weights):
+        """ATC: ``X' = W (X - eta G(X))``."""
+        adapted, losses = self._adapted(params, indices, lr)
+        return self._mixed(weights, adapted), losses
+
+    def _combine_then_adapt(self, params, indices, lr, weights):
+        """CTA: ``X' = W X - eta G(W X)``."""
+        return self._adapted(self._mixed(weights, params), indices, lr)
+
+    def step(self, indices, lr, weights) -> np.ndarray:
+        """One iteration for every worker; returns the local minibatch losses ``[N]``."""
+        self.params, losses = self._step(self.params, indices, lr, weights)
+        return losses.numpy()
+
+    def adapt(self, params, indices, lr):
+        """``(X - eta G(X), losses)`` for the hosted workers' parameters ``params`` (the MPI backends)."""
+        if not hasattr(self, "_adapt"):
+            self._adapt = self.tf.function(self._adapted, jit_compile=True)
+        return self._adapt(params, indices, lr)
+
+    def mix(self, weights, rows, received):
+        """The hosted rows of ``W @ Y`` (:meth:`_mixed`) from the hosted ``rows`` and the ``received`` ones:
+        what the local step ends (ATC) or starts (CTA) with, the same sums, compiled alone."""
+        if not hasattr(self, "_mix"):
+            self._mix = self.tf.function(self._mixed, jit_compile=True)
+        return self._mix(weights, rows, received)
+
+    def _average_and_consensus(self, params):
+        """``xbar = mean_j x_j``, the consensus distance ``mean_j ||x_j - xbar||^2``, and whether X is finite."""
+        tf = self.tf
+        average = tf.reduce_mean(params, axis=0)
+        consensus = tf.reduce_mean(tf.reduce_sum(tf.square(params - average[None]), axis=1))
+        return average, consensus, tf.reduce_all(tf.math.is_finite(params))
+
+    def _sums_over_chunks(self, average, chunks):
+        """Per chunk ``c`` of ``chunks`` ``[n]``: the summed cross-entropy of the average model on its samples
+        and how many of them it classifies right.  One chunk at a time (``tf.map_fn``), as the step loops
+        over workers: a chunk's sums have the same bits whichever process, and with whichever other
+        chunks, computes them."""
+        tf = self.tf
+        size, features = self.chunk_size, self.chunk_samples.shape[1]
+
+        def chunk_sums(chunk):
+            start = chunk * size
+            x = tf.slice(self.chunk_samples, tf.stack([start, 0]), [size, features])
+            y = tf.slice(self.chunk_labels, tf.reshape(start, [1]), [size])
+            mask = tf.slice(self.chunk_mask, tf.reshape(start, [1]), [size])
+            logits = self.network.logits(tf, average[None], x[None])[0]
+            losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
+            hits = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), y), tf.float32)
+            return tf.reduce_sum(losses * mask), tf.reduce_sum(hits * mask)
+
+        return tf.map_fn(chunk_sums, chunks, fn_output_signature=(tf.float32, tf.float32))
+
+    def average_model(self, params) -> tuple[np.ndarray, float, bool]:
+        """``(xbar [P], consensus distance, finite)`` of the parameters ``[N, P]``."""
+        average, consensus, finite = self._average(params)
+        return average.numpy(), float(consensus), bool(finite)
+
+    def chunk_sums(self, average: np.ndarray, chunks: np.ndarray) -> np.ndarray:
+        """``[len(chunks), 2]`` float64: (loss sum, right predictions) of the average model per chunk."""
+        if len(chunks) == 0:
+            return np.zeros((0, 2))
+        losses, hits = self._chunk_sums(self.tf.constant(average), self.tf.constant(chunks, dtype=self.tf.int32))
+        return np.stack([losses.numpy(), hits.numpy()], axis=1).astype(np.float64)
+
+    def metrics_from_chunks(self, sums: np.ndarray) -> dict:
+        """Losses and accuracy of the average model from every chunk's sums ``[num_chunks, 2]``, added in
+        chunk order (float64): the same numbers for any split of the chunks between processes."""
+        train, test = sums[: self.train_chunks], sums[self.train_chunks :]
+        return {
+            "train_loss": float(train[:, 0].sum() / self.num_train),
+            "test_loss": float(test[:, 0].sum() / self.num_test),
+            "test_accuracy": float(test[:, 1].sum() / self.num_test),
+        }
+
+    def _correct_counts(self, params):
+        """Test samples each row's own model classifies right, ``[M]`` int32 -- exact counts, one worker at a
+        time as in the step, so each process can count its own workers and the sum is the same bits."""
+        tf = self.tf
+
+        def worker(row):
+            logits = self.network.logits(tf, row[None], self.x_test[None])[0]
+            hits = tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), self.y_test)
+            return tf.reduce_sum(tf.cast(hits, tf.int32))
+
+        return tf.map_fn(worker, params, fn_output_signature=tf.int32)
+
+    def correct_counts(self, params=None) -> np.ndarray:
+        """Correct test predictions of the local models of ``params`` (default: the hosted workers)."""
+        return self._count_correct(self.params if params is None else params).numpy()

@@ -1,0 +1,185 @@
+"""dybw is extended without editing it: a policy from a plugin module runs on every runner; the package has
+no import cycle; the yaml files are the only place defaults live; the docs stand alone."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dybw.config import every_section_class
+from helpers import REPO, TINY, compose
+
+TESTS = Path(__file__).resolve().parent
+PLUGIN = ["plugins=[toy_plugin]", "algo=wait_two"]
+
+
+def _with_plugin_path():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH", "")]))
+    return env
+
+
+@pytest.fixture(scope="module")
+def plugin_runs(tmp_path_factory):
+    """The toy policy on runner=local, runner=mpi (virtual clock, 2 ranks) and the wall clock (2 ranks)."""
+    root = tmp_path_factory.mktemp("plugin")
+    common = [*TINY, *PLUGIN, "num_workers=6", "topology=complete", "iterations=8", "eval_every=4"]
+    runs = {
+        "local": common,
+        "mpi": [*common, "runner=mpi", "runner.ranks=2"],
+        "wall": [*TINY, *PLUGIN, "num_workers=2", "iterations=8", "eval_every=4", "runner=mpi", "runner.clock=wall"],
+    }
+    out = {}
+    for name, overrides in runs.items():
+        done = subprocess.run(
+            [sys.executable, str(REPO / "run.py"), *overrides, f"hydra.run.dir={root / name}"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=_with_plugin_path(),
+        )
+        assert done.returncode == 0, (name, done.stderr[-2000:])
+        out[name] = root / name
+    return out
+
+
+def test_a_policy_from_a_plugin_runs_on_every_runner(plugin_runs):
+    for name, job_dir in plugin_runs.items():
+        summary = pd.read_json(job_dir / "summary.json", typ="series")
+        assert summary["status"] == "completed" and summary["algo"] == "wait_two", name
+        timeline = pd.read_parquet(job_dir / "timeline.parquet")
+        degree = 5 if name != "wall" else 1
+        # It waits for min(2, d_j) messages and uses every one that arrived by then.
+        assert (timeline["used"] >= min(2, degree)).all(), name
+    local, mpi = (pd.read_csv(plugin_runs[n] / "metrics.csv").drop(columns="wall_seconds") for n in ("local", "mpi"))
+    pd.testing.assert_frame_equal(local, mpi, check_exact=True)  # the MPI ranks compute the local bits
+
+
+def test_the_plugin_policy_waits_for_its_two_fastest_neighbours(plugin_runs):
+    timeline = pd.read_parquet(plugin_runs["local"] / "timeline.parquet")
+    # On a complete graph of 6, waiting for 2 of 5 leaves backups most of the time (used < 5).
+    assert (timeline["used"] < 5).mean() > 0.5
+
+
+# --------------------------------------------------------------------------------------------------
+# The package's structure
+
+
+def _module_name(path: Path, src: Path) -> str:
+    parts = path.relative_to(src).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, src: Path, modules: set[str]) -> set[str]:
+    """The package's modules ``path`` imports, at module level or inside functions."""
+    name = _module_name(path, src)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join([*parts[: len(parts) - node.level + 1], *([base] if base else [])])
+            for alias in node.names:  # `from pkg import submodule` imports the submodule
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
+    return {m for m in found if m in modules}
+
+
+def import_cycles(src: Path, package: str) -> list[list[str]]:
+    """Groups of modules of ``src/<package>`` that import each other, directly or around a circle."""
+    files = sorted((src / package).rglob("*.py"))
+    modules = {_module_name(p, src) for p in files}
+    graph = {_module_name(p, src): _imports(p, src, modules) - {_module_name(p, src)} for p in files}
+    index, low, stack, cycles = {}, {}, [], []
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = stack[stack.index(v) :]
+            del stack[stack.index(v) :]
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return cycles
+
+
+def test_no_import_cycle_among_dybw_modules():
+    assert len(list((REPO / "src" / "dybw").rglob("*.py"))) > 30
+    assert import_cycles(REPO / "src", "dybw") == []
+
+
+def test_the_cycle_check_sees_a_cycle_through_function_level_imports(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("from .a import f\n")
+    (package / "sub" / "a.py").write_text("def f():\n    from ..b import g\n")
+    (package / "b.py").write_text("def g():\n    from .sub import a\n")
+    (package / "c.py").write_text("import pkg.b\n")
+    assert import_cycles(tmp_path, "pkg") == [["pkg.b", "pkg.sub.a"]]
+
+
+def test_the_yaml_files_are_the_only_place_defaults_live():
+    classes = every_section_class()
+    assert len(classes) > 15
+    for cls in classes:
+        with_default = [
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        ]
+        assert not with_default, f"{cls.__name__} has defaults of its own: {with_default}"
+
+
+def test_every_composed_option_sets_exactly_its_schemas_keys():
+    """A yaml that left out a key would fail to load (no dataclass default fills it); one with a key its
+    schema lacks is rejected too.  So composing and loading every option checks both sources agree."""
+    for group in ("algo", "model", "runner", "topology", "dataset", "logger", "straggler"):
+        for option in sorted(p.stem for p in (REPO / "conf" / group).glob("[!_]*.yaml")):
+            extra = ["num_workers=16"] if option == "trace" else []
+            cfg, plain = compose([f"{group}={option}", *extra])
+            section = getattr(cfg, group)
+            assert set(plain[group]) == {f.name for f in dataclasses.fields(section)}, (group, option)
+
+
+# --------------------------------------------------------------------------------------------------
+# The docs stand alone
+
+
+def test_no_reference_to_documents_outside_the_repository():
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    pattern = re.compile(r"DESIGN\.md|\bissue (\d+|N)\b|\bissues? #\d+", re.IGNORECASE)
+    assert pattern.search("as issue 7 asks") and pattern.search("see DESIGN.md §2")  # it would see one
+    found = []
+    for name in tracked:
+        path = REPO / name
+        if path.suffix not in (".py", ".md", ".yaml", ".yml", ".toml", ".txt", "") or not path.is_file():
+            continue
+        if name == "tests/test_extending.py":
+            continue  # this test names what it looks for
+        for number, line in enumerate(path.read_text(errors="ignore").splitlines(), 1):
+            if pattern.search(line):
+                found.append(f"{name}:{number}: {line.strip()[:100]}")
+    assert not found, "\n".join(found)
