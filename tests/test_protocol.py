@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from dybw.algorithms import CbDyBW, CbFull, CbStatic, order_statistic
+from dybw.algorithms import CbDyBW, CbFull, CbStatic, Isolated, order_statistic
 from dybw.clock import VirtualClock
 from dybw.errors import ConfigError
 from dybw.mixing import gathered_weights, mixing_matrices, mixing_sources
@@ -73,7 +73,7 @@ def test_hand_worked_four_worker_example():
         return VirtualClock(4, links, policy, "lockstep", "atc").advance(compute, delays)
 
     def used_sets(chunk):
-        return [set(np.flatnonzero(row).tolist()) for row in chunk.used[0]]
+        return [set(np.flatnonzero(row).tolist()) for row in chunk.used_matrix()[0]]
 
     full = run(CbFull(graph.degrees))
     assert full.stop[0].tolist() == [7, 4, 8, 5] and full.end.tolist() == [8]
@@ -87,6 +87,75 @@ def test_hand_worked_four_worker_example():
     assert dybw.stop[0].tolist() == [6, 6, 6, 6] and dybw.end.tolist() == [6]
     assert used_sets(dybw) == [{1}, {0, 2}, {3}, {0, 2}]
     assert (graph.degrees - dybw.used_count[0]).tolist() == [1, 0, 1, 0]
+
+
+def constant_control(value):
+    """The clock's ``control(k0, count, phase, pairs)``: every control message takes ``value`` seconds."""
+    return lambda first, count, phase, pairs: np.full((count, len(pairs)), float(value))
+
+
+def test_agreements_on_the_hand_worked_example():
+    """The same square and iteration, every control message taking 1 s.
+
+    cb_full: finish = stop = (7, 4, 8, 5), E = 8.
+      allreduce (recursive doubling, round 0 pairs 0-1 and 2-3, round 1 pairs 0-2 and 1-3):
+        round 0: tau = (max(7, 4+1), max(4, 7+1), max(8, 5+1), max(5, 8+1)) = (7, 8, 8, 9)
+        round 1: tau = (max(7, 8+1), max(8, 9+1), max(8, 7+1), max(9, 8+1)) = (9, 10, 8, 9)
+        -> the next iteration starts at (9, 10, 8, 9): offsets (1, 2, 0, 1) from E = 8
+      flood (news of i reaches j after hops(i, j) s; hops 1 to a neighbour, 2 across):
+        L_0 = max(7, 4+1, 8+2, 5+1) = 10   L_1 = max(7+1, 4, 8+1, 5+2) = 9
+        L_2 = max(7+2, 4+1, 8, 5+1) = 9    L_3 = max(7+1, 4+2, 8+1, 5) = 9
+    cb_dybw (m=1): r = (3, 2, 6, 5); every worker listens until it learns theta = 6:
+      allreduce: round 0: (max(3, 2+1), max(2, 3+1), max(6, 5+1), max(5, 6+1)) = (3, 4, 6, 7)
+                 round 1: (max(3, 6+1), max(4, 7+1), max(6, 3+1), max(7, 4+1)) = (7, 8, 6, 7)
+        stop = (7, 8, 6, 7), E = 8; used: 0:{1,3} (3 arrived at 7)  1:{0,2}  2:{3} (1 arrives at 8)  3:{0,2}
+        ATC: nothing follows theta, so each starts the next iteration at its own stop.
+      flood: L_j = max_i (r_i + hops(i, j)) = (max(3,3,8,6), max(4,2,7,7), max(5,3,6,6), max(4,4,7,5))
+           = (8, 7, 6, 7)
+    """
+    graph = square()
+    compute = np.array([[1.0, 2.0, 1.0, 5.0]] * 2)
+    delays = np.repeat(
+        link_delays(graph, {(0, 1): 1, (0, 3): 4, (1, 0): 1, (1, 2): 6, (2, 1): 3, (2, 3): 1, (3, 0): 2, (3, 2): 1}),
+        2,
+        axis=0,
+    )
+    links = graph.directed_links()
+
+    def run(policy, agreement):
+        clock = VirtualClock(4, links, policy, "lockstep", "atc", agreement=agreement, control=constant_control(1))
+        return clock.advance(compute, delays)
+
+    full = run(CbFull(graph.degrees), "allreduce")
+    assert full.stop[0].tolist() == [7, 4, 8, 5] and full.end[0] == 8
+    assert full.start[1].tolist() == [9, 10, 8, 9]
+    full = run(CbFull(graph.degrees), "flood")
+    assert full.start[1].tolist() == [10, 9, 9, 9]
+
+    dybw = run(CbDyBW(graph.degrees, 1), "allreduce")
+    assert dybw.stop[0].tolist() == [7, 8, 6, 7] and dybw.end[0] == 8
+    assert [set(np.flatnonzero(row).tolist()) for row in dybw.used_matrix()[0]] == [{1, 3}, {0, 2}, {3}, {0, 2}]
+    assert dybw.start[1].tolist() == [7, 8, 6, 7]
+    dybw = run(CbDyBW(graph.degrees, 1), "flood")
+    assert dybw.stop[0].tolist() == [8, 7, 6, 7] and dybw.end[0] == 8
+    # Iteration 1 starts at each worker's own stop: worker 2 (at 6) is ready at 7 and so on.
+    assert dybw.ready[1].tolist() == [9, 9, 7, 12]
+
+
+@pytest.mark.parametrize("update", ["atc", "cta"])
+@pytest.mark.parametrize("agreement", ["allreduce", "flood"])
+@pytest.mark.filterwarnings("ignore:algo.b=1. clamped:UserWarning")
+def test_zero_control_delays_reproduce_instant_bit_for_bit(agreement, update):
+    graph = build_graph(topology("erdos_renyi", p=0.3, seed=2), 11)  # N = 11: allreduce folds 3 extra in
+    links = graph.directed_links()
+    rng = np.random.default_rng(5)
+    compute, delays = rng.exponential(0.01, size=(40, 11)), rng.exponential(0.03, size=(40, len(links)))
+    for policy in [*policies(graph.degrees), Isolated(graph.degrees)]:
+        instant = VirtualClock(11, links, policy, "lockstep", update).advance(compute, delays)
+        agreed = VirtualClock(11, links, policy, "lockstep", update, agreement=agreement, control=constant_control(0))
+        chunks = [agreed.advance(compute[:13], delays[:13]), agreed.advance(compute[13:], delays[13:])]
+        for name in ("start", "ready", "stop", "finish", "used", "end"):
+            np.testing.assert_array_equal(np.concatenate([getattr(c, name) for c in chunks]), getattr(instant, name))
 
 
 def test_free_sync_lets_fast_workers_run_ahead_and_dybw_uses_local_rule():

@@ -13,7 +13,17 @@ import pandas as pd
 
 from helpers import REPO, TINY, run_cli
 
-LONG = TINY + ["iterations=3000", "eval_every=50", "straggler=pareto", "algo=cb_dybw", "model=mlp", "model.hidden=[16]"]
+# A flooded agreement: the clock carries each worker's start offset from one iteration to the next, which
+# the checkpoint must hold too.
+LONG = TINY + [
+    "iterations=3000",
+    "eval_every=50",
+    "straggler=pareto",
+    "algo=cb_dybw",
+    "model=mlp",
+    "model.hidden=[16]",
+    "protocol.agreement=flood",
+]
 
 
 def job_dir_of(root):

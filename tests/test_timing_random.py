@@ -9,7 +9,9 @@ Every case draws (seeded numpy RNG, so a failure is reproducible from its printe
   zeros), a constant, all zeros, or a mixture with "near-infinite" 1e12 entries and zeros;
 * every policy variant on that graph: ``cb_full``; ``cb_static`` with every ``b`` from 0 to the maximum
   degree (clamped for some workers, or rejected when no worker can honour it); ``cb_dybw`` with several
-  ``m`` (1, 2, a random one, the maximum degree, one above it: rejected);
+  ``m`` (1, 2, a random one, the maximum degree, one above it: rejected); ``isolated``;
+* in lock-step, every agreement (``instant``, ``allreduce``, ``flood``) with control-message delays of a
+  random family (zeros included);
 * a random split of the iterations into chunks of ``VirtualClock.advance`` calls (or a single call).
 
 Each test below fixes the sync mode (``lockstep`` | ``free``) and the update order (``atc`` | ``cta``),
@@ -19,9 +21,12 @@ The reference is a discrete-event simulator written here from docs/protocol.md; 
 neither ``dybw.policies`` nor ``dybw.protocol``.  Events (a worker's own message becoming ready, a
 neighbour's message arriving) are processed in time order, ties by arrival time then lower worker id;
 each worker's stop is the event at which its rule first holds (ready and at least ``q_j`` messages in
-the inbox, with ``q_j`` = its degree for cb_full, ``p_j`` for cb_static, ``m_j`` for cb_dybw), and for
-cb_dybw in lock-step the event at which the *last* worker becomes eligible (theta).  A worker keeps
-receiving messages stamped exactly at its stop time (a message already here is never ignored).
+the inbox, with ``q_j`` = its degree for cb_full, ``p_j`` for cb_static, ``m_j`` for cb_dybw, 0 for
+isolated, which sends nothing), and for cb_dybw in lock-step the moment the worker learns that the
+*last* worker became eligible (theta).  A worker keeps receiving messages stamped exactly at its stop
+time (a message already here is never ignored).  Agreements are simulated as the control messages they
+are: the recursive doubling's rounds (extra workers folding in and out), or a flood in which every
+worker forwards what it newly learns to its neighbours; each message adds its control delay.
 
 Exact or tolerant comparison: every time the simulator produces is formed with the same floating-point
 operations, in the same order, as the formulas of the design: an event time is a sum
@@ -44,7 +49,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from dybw.algorithms import CbDyBW, CbFull, CbStatic
+from dybw.agreement import AGREEMENTS, AllReduce, Flood
+from dybw.algorithms import CbDyBW, CbFull, CbStatic, Isolated
 from dybw.clock import VirtualClock
 from dybw.errors import ConfigError
 
@@ -128,6 +134,7 @@ def policy_variants(rng: np.random.Generator, degrees: np.ndarray):
     variants += [("cb_static", b) for b in range(0, high + 1)]
     ms = {1, 2, high, high + 1, int(rng.integers(1, high + 1))}
     variants += [("cb_dybw", m) for m in sorted(ms)]
+    variants.append(("isolated", None))
     return variants
 
 
@@ -135,6 +142,8 @@ def expected_waits(kind: str, parameter, degrees: np.ndarray) -> tuple[np.ndarra
     """``(wanted, q)``: what the rule asks each worker to wait for, and that clamped to ``1..d_j``."""
     if kind == "cb_full":
         wanted = degrees.copy()
+    elif kind == "isolated":
+        return np.zeros_like(degrees), np.zeros_like(degrees)
     elif kind == "cb_static":
         wanted = degrees - parameter
     else:
@@ -145,6 +154,8 @@ def expected_waits(kind: str, parameter, degrees: np.ndarray) -> tuple[np.ndarra
 def make(kind: str, parameter, degrees: np.ndarray):
     if kind == "cb_full":
         return CbFull(degrees)
+    if kind == "isolated":
+        return Isolated(degrees)
     if kind == "cb_static":
         return CbStatic(degrees, parameter)
     return CbDyBW(degrees, parameter)
@@ -168,59 +179,104 @@ def random_chunks(rng: np.random.Generator, iterations: int) -> list[int]:
 READY, ARRIVAL, FINISH = 0, 1, 2  # event kinds (only an ordering aid among equal (time, worker) keys)
 
 
-def simulate_lockstep(n, links, compute, delays, q, atc: bool, threshold: bool):
-    """Lock-step: iteration by iteration, every worker starting at ``E(k-1)``.
+def agree_by_messages(name: str, n: int, links, entry: list[float], delay) -> list[float]:
+    """When each worker learns that every worker has entered (entry times ``entry``), by exchanging control
+    messages; ``delay(i, j)`` is the control delay of a message i -> j in this iteration and phase."""
+    if name == "instant":
+        return [max(entry)] * n
+    if name == "allreduce":
+        core = 1
+        while core * 2 <= n:
+            core *= 2
+        start = list(entry[:core])
+        for extra in range(core, n):  # the extra worker's value reaches its partner in the core
+            start[extra - core] = max(start[extra - core], entry[extra] + delay(extra, extra - core))
+        rounds, bit = [], 1
+        while bit < core:
+            rounds.append(bit)
+            bit *= 2
+        for bit in rounds:  # everyone sends its round message at the time it begins the round
+            start = [max(start[j], start[j ^ bit] + delay(j ^ bit, j)) for j in range(core)]
+        learned = start + [0.0] * (n - core)
+        for extra in range(core, n):
+            learned[extra] = start[extra - core] + delay(extra - core, extra)
+        return learned
+    # flood: a worker forwards each origin's news to its neighbours when it first hears it
+    neighbours = [[] for _ in range(n)]
+    for i, j in links:
+        neighbours[int(i)].append(int(j))
+    heard = [dict() for _ in range(n)]  # heard[j][origin] = when j first heard origin's news
+    queue = [(entry[i], i, i) for i in range(n)]  # (time, receiver, origin)
+    heapq.heapify(queue)
+    while queue:
+        time, j, origin = heapq.heappop(queue)
+        if origin in heard[j]:
+            continue
+        heard[j][origin] = time
+        for k in neighbours[j]:
+            heapq.heappush(queue, (time + delay(j, k), k, origin))
+    assert all(len(h) == n for h in heard), "a connected graph floods everyone"
+    return [max(h.values()) for h in heard]
+
+
+def simulate_lockstep(n, links, compute, delays, q, atc: bool, threshold: bool, sends=True, agreement="instant",
+                      control=None):  # fmt: skip
+    """Lock-step: iteration by iteration, in times relative to the iteration's reference start ``E(k-1)``.
 
     ``q[j]`` is how many neighbours' messages worker j needs (with its own ready) before its rule holds;
-    ``threshold`` (cb_dybw) makes everyone listen until the last worker's rule holds (theta).
-    Returns start, ready, stop, finish ``[T, N]``, used ``[T, N, N]`` and end ``[T]``.
+    ``threshold`` (cb_dybw) makes everyone listen until it learns that the last worker's rule holds
+    (theta), through the ``agreement``; ``control[phase](k, i, j)`` is a control message's delay.  Worker j
+    starts iteration k+1 when it learns that everyone finished k (for cb_dybw under ATC: when it learns
+    theta).  Returns start, ready, stop, finish ``[T, N]``, used ``[T, N, N]`` and end ``[T]``.
     """
     iterations = len(compute)
     compute, delays, links = compute.tolist(), delays.tolist(), links.tolist()  # Python floats are IEEE doubles
     out = {name: np.zeros((iterations, n)) for name in ("start", "ready", "stop", "finish")}
     used = np.zeros((iterations, n, n), dtype=bool)
     end = np.zeros(iterations)
-    last_end = 0.0
+    last_end, offset = 0.0, [0.0] * n
     for k in range(iterations):
-        # Times relative to this iteration's common start E(k-1).
-        ready = [(0.0 + compute[k][j]) if atc else 0.0 for j in range(n)]
+        ready = [(offset[j] + compute[k][j]) if atc else offset[j] for j in range(n)]
         events = [(ready[j], j, READY, j) for j in range(n)]
-        for (i, j), d in zip(links, delays[k]):
-            events.append((ready[i] + d, int(i), ARRIVAL, int(j)))  # i's message reaches j
+        if sends:
+            for (i, j), d in zip(links, delays[k]):
+                events.append((ready[i] + d, int(i), ARRIVAL, int(j)))  # i's message reaches j
         events.sort()  # by time, then the sender's (lower) id
         is_ready = [False] * n
-        inbox = [[] for _ in range(n)]  # (sender, time) of messages received while listening
-        rule_time = [None] * n  # when j's own rule first holds (its eligibility r_j for cb_dybw)
-        stop = [None] * n
+        arrived = [[] for _ in range(n)]  # (sender, time) of every message of this iteration
+        rule_time = [None] * n  # when j's own rule first holds (its eligibility r_j)
         for time, sender, kind, j in events:
-            if all(s is not None and time > s for s in stop):
-                break  # everyone has stopped listening: later arrivals are dropped
             if kind == READY:
                 is_ready[j] = True
-            elif stop[j] is None or time <= stop[j]:  # still listening (or a tie with its stop instant)
-                inbox[j].append((sender, time))
-            if rule_time[j] is None and is_ready[j] and len(inbox[j]) >= q[j]:
+            else:
+                arrived[j].append((sender, time))
+            if rule_time[j] is None and is_ready[j] and len(arrived[j]) >= q[j]:
                 rule_time[j] = time
-                if not threshold:
-                    stop[j] = time
-                elif all(r is not None for r in rule_time):  # the last worker became eligible: theta
-                    stop = [time] * n
-        assert all(s is not None for s in stop), "every worker's rule must hold once all messages are in"
+        assert all(r is not None for r in rule_time), "every worker's rule must hold once all messages are in"
+        if threshold:
+            stop = agree_by_messages(agreement, n, links, rule_time, lambda i, j, k=k: control["threshold"](k, i, j))
+        else:
+            stop = rule_time
+        finish = [stop[j] if atc else stop[j] + compute[k][j] for j in range(n)]
+        duration = max(finish)
+        if threshold and atc:
+            next_start = finish  # learning theta ended the iteration
+        else:
+            next_start = agree_by_messages(agreement, n, links, finish, lambda i, j, k=k: control["end"](k, i, j))
         for j in range(n):
-            finish = stop[j] if atc else stop[j] + compute[k][j]
-            out["start"][k, j] = last_end
+            out["start"][k, j] = last_end + offset[j]
             out["ready"][k, j] = last_end + ready[j]
             out["stop"][k, j] = last_end + stop[j]
-            out["finish"][k, j] = last_end + finish
-            for sender, time in inbox[j]:
+            out["finish"][k, j] = last_end + finish[j]
+            for sender, time in arrived[j]:
                 used[k, j, sender] = time <= stop[j]
-        duration = max(stop[j] if atc else stop[j] + compute[k][j] for j in range(n))
+        offset = [next_start[j] - duration for j in range(n)]
         last_end = last_end + duration
         end[k] = last_end
     return out["start"], out["ready"], out["stop"], out["finish"], used, end
 
 
-def simulate_free(n, links, compute, delays, q, atc: bool):
+def simulate_free(n, links, compute, delays, q, atc: bool, sends=True):
     """No barrier: one event queue over all iterations, in absolute time.
 
     Worker j starts iteration k+1 when it finishes iteration k.  ATC: its message leaves at
@@ -253,7 +309,7 @@ def simulate_free(n, links, compute, delays, q, atc: bool):
         k = iteration[j]
         is_ready[j] = True
         out["ready"][k, j] = ready_time
-        for receiver, index in out_links[j]:
+        for receiver, index in out_links[j] if sends else []:
             heapq.heappush(queue, (ready_time + delays[k][index], j, ARRIVAL, receiver, k))
         check(j, ready_time)
 
@@ -302,14 +358,32 @@ def simulate_free(n, links, compute, delays, q, atc: bool):
 # The test
 
 
+class ControlDelays:
+    """One table of control-message delays per agreement phase, ``[T, pairs]``, the clock's ``control``;
+    ``delay(phase)(k, i, j)`` reads the same numbers for the brute-force simulation."""
+
+    def __init__(self, rng: np.random.Generator, iterations: int, n: int, family: str):
+        self.tables = {phase: random_delays(rng, (iterations, n, n), family) for phase in ("threshold", "end")}
+
+    def __call__(self, first: int, count: int, phase: str, pairs: np.ndarray) -> np.ndarray:
+        pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+        return self.tables[phase][first : first + count, pairs[:, 0], pairs[:, 1]]
+
+    def delay(self, phase: str):
+        table = self.tables[phase].tolist()
+        return lambda k, i, j: table[k][i][j]
+
+
 def advance_in_chunks(protocol: VirtualClock, compute, delays, chunks):
     parts, first = [], 0
     for size in chunks:
         parts.append(protocol.advance(compute[first : first + size], delays[first : first + size]))
         first += size
     assert [p.first for p in parts] == np.cumsum([0] + chunks[:-1]).tolist()
-    names = ("start", "ready", "stop", "finish", "used", "end")
-    return {name: np.concatenate([getattr(p, name) for p in parts]) for name in names}
+    names = ("start", "ready", "stop", "finish", "end")
+    got = {name: np.concatenate([getattr(p, name) for p in parts]) for name in names}
+    got["used"] = np.concatenate([p.used_matrix() for p in parts])
+    return got
 
 
 def equal(actual, expected, message) -> None:
@@ -318,7 +392,8 @@ def equal(actual, expected, message) -> None:
         np.testing.assert_array_equal(actual, expected, err_msg=str(message))
 
 
-def check_case(case_id, rng, n, adjacency, links, compute, delays, kind, parameter, sync, update, stats):
+def check_case(case_id, rng, n, adjacency, links, compute, delays, kind, parameter, sync, update, stats,
+               agreement="instant", control=None):  # fmt: skip
     degrees = adjacency.sum(axis=1)
     wanted, q = expected_waits(kind, parameter, degrees)
     with warnings.catch_warnings(record=True) as caught:
@@ -336,30 +411,43 @@ def check_case(case_id, rng, n, adjacency, links, compute, delays, kind, paramet
     atc, lockstep = update == "atc", sync == "lockstep"
     chunks = random_chunks(rng, len(compute))
     stats["chunked" if len(chunks) > 1 else "unchunked"] += 1
-    got = advance_in_chunks(VirtualClock(n, links, policy, sync, update), compute, delays, chunks)
+
+    def clock(policy):
+        return VirtualClock(n, links, policy, sync, update, agreement=agreement, control=control)
+
+    got = advance_in_chunks(clock(policy), compute, delays, chunks)
     start, ready, stop, finish, used, end = (got[k] for k in ("start", "ready", "stop", "finish", "used", "end"))
 
     # terminates with finite times
     for name in ("start", "ready", "stop", "finish", "end"):
         assert np.isfinite(got[name]).all(), (case_id, name)
     # stop >= ready >= start, finish as documented (docs/protocol.md: ATC finish = stop; CTA stop + C)
-    assert (ready >= start).all() and (stop >= ready).all(), case_id
+    assert (stop >= ready).all(), case_id
     if atc:
-        equal(ready, start + compute, case_id)
         equal(finish, stop, case_id)
     else:
         equal(ready, start, case_id)
-        if lockstep:  # absolute times are E(k-1) + (stop + C): one rounding apart from (E(k-1) + stop) + C
-            np.testing.assert_allclose(finish, stop + compute, rtol=1e-12, atol=0, err_msg=case_id)
-        else:
+    if not lockstep:
+        equal(ready, start + compute, case_id) if atc else None
+        if not atc:
             equal(finish, stop + compute, case_id)
-    # E(k) = max_j finish_j(k), nondecreasing; the next iteration starts at E(k) (lock-step) / finish (free)
+    elif agreement == "instant":  # absolute times are E(k-1) + (x + C): a rounding apart from (E(k-1) + x) + C
+        assert (ready >= start).all(), case_id
+        if atc:
+            equal(ready, start + compute, case_id)
+        else:
+            np.testing.assert_allclose(finish, stop + compute, rtol=1e-12, atol=0, err_msg=case_id)
+    # E(k) = max_j finish_j(k), nondecreasing; the next iteration starts at E(k) (lock-step, instant),
+    # when each worker learns it (lock-step, agreement) or at its finish (free)
     assert (np.diff(end) >= 0).all(), case_id
     equal(end, finish.max(axis=1), case_id)
-    if lockstep:
+    if lockstep and agreement == "instant":
         equal(start[1:], np.repeat(end[:-1, None], n, axis=1), case_id)
         assert (start[0] == 0).all()
-    else:
+    elif lockstep and not (kind == "cb_dybw" and atc):
+        # nobody starts before the iteration before it is over (up to the last bit of E(k-1) + offset)
+        assert (start[1:] >= end[:-1, None] * (1 - 1e-12)).all(), case_id
+    elif not lockstep:
         equal(start[1:], finish[:-1], case_id)
     # used sets: neighbours only, at least q_j of them (all for cb_full), and in cb_dybw lock-step one stop
     assert not (used & ~adjacency[None]).any(), case_id
@@ -367,21 +455,25 @@ def check_case(case_id, rng, n, adjacency, links, compute, delays, kind, paramet
     assert (counts >= q[None]).all(), (case_id, counts.tolist(), q.tolist())
     if kind == "cb_full":
         assert (counts == degrees[None]).all(), case_id
-    if kind == "cb_dybw" and lockstep:
+    if kind == "isolated":
+        assert not used.any(), case_id
+    if kind == "cb_dybw" and lockstep and agreement == "instant":
         assert (stop == stop[:, :1]).all(), case_id
     # used sets are exactly "every neighbour whose message arrived by the stop time" (free: the absolute
     # arrival times ready_i + D_ij are reported, so this is checkable on the protocol's own output)
-    if not lockstep:
+    if not lockstep and kind != "isolated":
         arrivals = np.full(used.shape, np.inf)
         src, dst = links.T
         arrivals[:, dst, src] = ready[:, src] + delays
         equal(used, arrivals <= stop[:, :, None], case_id)
 
     # the core: equal to the brute-force event simulation, exactly (see the module docstring)
+    sends = kind != "isolated"
     if lockstep:
-        expected = simulate_lockstep(n, links, compute, delays, q, atc, threshold=kind == "cb_dybw")
+        phases = {phase: control.delay(phase) for phase in ("threshold", "end")} if control is not None else None
+        expected = simulate_lockstep(n, links, compute, delays, q, atc, kind == "cb_dybw", sends, agreement, phases)
     else:
-        expected = simulate_free(n, links, compute, delays, q, atc)
+        expected = simulate_free(n, links, compute, delays, q, atc, sends)
     for name, value in zip(("start", "ready", "stop", "finish", "used", "end"), expected):
         equal(got[name], value, f"{case_id}: {name}")
 
@@ -390,10 +482,27 @@ def check_case(case_id, rng, n, adjacency, links, compute, delays, kind, paramet
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the clamp warning was checked above
             again = make(kind, parameter, degrees)
-        whole = advance_in_chunks(VirtualClock(n, links, again, sync, update), compute, delays, [len(compute)])
+        whole = advance_in_chunks(clock(again), compute, delays, [len(compute)])
         for name in whole:
             equal(got[name], whole[name], f"{case_id}: chunked {name}")
     stats["cases"] += 1
+    stats["agreement", agreement] += 1
+
+
+def random_cases(rng, scenarios, sync):
+    """``(scenario, n, adjacency, links, compute, delays, control, agreements, description)`` per scenario."""
+    for scenario in range(scenarios):
+        n, adjacency, graph_kind = random_graph(rng)
+        links = random_links(rng, adjacency)
+        iterations = int(rng.integers(1, 13))
+        compute_family, link_family, control_family = rng.choice(FAMILIES, size=3)
+        compute = random_delays(rng, (iterations, n), str(compute_family))
+        delays = random_delays(rng, (iterations, len(links)), str(link_family))
+        control = ControlDelays(rng, iterations, n, str(control_family))
+        agreements = sorted(AGREEMENTS) if sync == "lockstep" else ["instant"]
+        description = (f"n={n} {graph_kind} degrees={adjacency.sum(axis=1).tolist()} C~{compute_family} "
+                       f"D~{link_family} control~{control_family} T={iterations}")  # fmt: skip
+        yield scenario, n, adjacency, links, compute, delays, control, agreements, graph_kind, description
 
 
 @pytest.mark.parametrize("update", ["atc", "cta"])
@@ -401,35 +510,80 @@ def check_case(case_id, rng, n, adjacency, links, compute, delays, kind, paramet
 def test_timing_core_equals_brute_force_event_simulation(sync, update):
     rng = np.random.default_rng([2024, ("lockstep", "free").index(sync), ("atc", "cta").index(update)])
     stats: Counter = Counter()
-    for scenario in range(SCENARIOS_PER_MODE):
-        n, adjacency, graph_kind = random_graph(rng)
-        links = random_links(rng, adjacency)
-        iterations = int(rng.integers(1, 13))
-        compute_family, link_family = rng.choice(FAMILIES), rng.choice(FAMILIES)
-        compute = random_delays(rng, (iterations, n), str(compute_family))
-        delays = random_delays(rng, (iterations, len(links)), str(link_family))
+    for scenario, n, adjacency, links, compute, delays, control, agreements, graph_kind, description in random_cases(
+        rng, SCENARIOS_PER_MODE, sync
+    ):
         stats["graph", graph_kind] += 1
-        stats["family", str(compute_family)] += 1
-        stats["family", str(link_family)] += 1
         stats["n", n] += 1
-        degrees = adjacency.sum(axis=1)
-        for kind, parameter in policy_variants(rng, degrees):
-            case_id = (
-                f"{sync}/{update} scenario {scenario} n={n} {graph_kind} degrees={degrees.tolist()} "
-                f"C~{compute_family} D~{link_family} {kind}({parameter}) T={iterations}"
-            )
-            check_case(case_id, rng, n, adjacency, links, compute, delays, kind, parameter, sync, update, stats)
+        variants = policy_variants(rng, adjacency.sum(axis=1))
+        for agreement in agreements:
+            # Every variant with the instant agreement; with a modelled one (control messages, slower to
+            # simulate), cb_full, isolated and one random cb_static and cb_dybw variant.
+            chosen = variants if agreement == "instant" else sample_variants(rng, variants)
+            for kind, parameter in chosen:
+                case_id = f"{sync}/{update} scenario {scenario} {description} {kind}({parameter}) {agreement}"
+                check_case(case_id, rng, n, adjacency, links, compute, delays, kind, parameter, sync, update, stats,
+                           agreement, control)  # fmt: skip
 
     # the random cases covered what they are meant to cover
     assert stats["cases"] >= 1000, stats["cases"]
-    for kind in ("cb_full", "cb_static", "cb_dybw"):
+    for kind in ("cb_full", "cb_static", "cb_dybw", "isolated"):
         assert stats["exact", kind] > 0, kind
     for kind in ("cb_static", "cb_dybw"):
         assert stats["clamped", kind] > 0 and stats["rejected", kind] > 0, kind
     assert stats["chunked"] > 0 and stats["unchunked"] > 0
-    assert all(stats["family", f] > 0 for f in FAMILIES)
     assert all(stats["graph", g] > 0 for g in ("tree", "sparse", "complete", "path", "star", "cycle"))
     assert stats["n", 2] > 0 and stats["n", 12] > 0
+    if sync == "lockstep":
+        assert all(stats["agreement", a] >= 250 for a in AGREEMENTS), stats
+
+
+def sample_variants(rng, variants):
+    """cb_full, isolated, and one random variant of each parametrised policy."""
+    chosen = [v for v in variants if v[0] in ("cb_full", "isolated")]
+    for kind in ("cb_static", "cb_dybw"):
+        options = [v for v in variants if v[0] == kind]
+        chosen.append(options[int(rng.integers(len(options)))])
+    return chosen
+
+
+class OneRoundShort(AllReduce):
+    """A deliberately wrong recursive doubling: the last round is skipped."""
+
+    def __init__(self, num_workers, links):
+        super().__init__(num_workers, links)
+        if self.rounds:
+            self.rounds = self.rounds[:-1]
+            self._pairs = np.concatenate([self.fold_in, *self.rounds, self.fold_out]).reshape(-1, 2)
+
+
+class OneHopShort(Flood):
+    """A deliberately wrong flood: news travels one hop less far than the graph's diameter needs."""
+
+    def learn(self, entry, delays):
+        n = self.num_workers
+        senders = np.append(self.links[:, 0], 0)[self.incoming]
+        delay = np.append(delays, np.inf)[self.incoming]
+        reach = np.full((n, n), np.inf)
+        reach[np.arange(n), np.arange(n)] = entry
+        relayed = (reach[:, senders] + delay[None]).min(axis=-1)
+        reach = np.minimum(reach, relayed)  # one relaxation only: direct neighbours' news
+        return np.where(np.isfinite(reach), reach, -np.inf).max(axis=0)
+
+
+@pytest.mark.parametrize("wrong, name", [(OneRoundShort, "allreduce"), (OneHopShort, "flood")])
+def test_a_wrong_hop_count_fails_the_brute_force_check(monkeypatch, wrong, name):
+    """The check above can fail: a clock whose agreement is one round (one hop) short is caught."""
+    monkeypatch.setitem(AGREEMENTS._classes, name, wrong)
+    rng = np.random.default_rng(7)
+    caught = 0
+    for scenario, n, adjacency, links, compute, delays, control, _, _, description in random_cases(rng, 40, "lockstep"):
+        try:
+            check_case(f"{scenario} {description}", rng, n, adjacency, links, compute, delays, "cb_full", None,
+                       "lockstep", "atc", Counter(), name, control)  # fmt: skip
+        except AssertionError:
+            caught += 1
+    assert caught > 0
 
 
 def test_brute_force_reproduces_the_hand_worked_example():
@@ -468,5 +622,5 @@ def test_an_infinite_delay_never_makes_a_non_neighbour_used(kind, parameter, syn
     chunk = VirtualClock(3, links, make(kind, parameter, degrees), sync, "atc").advance(
         np.zeros((1, 3)), np.array([[1.0, np.inf, 1.0, 1.0]])
     )  # 1 -> 0 never arrives
-    assert not (chunk.used & ~adjacency[None]).any(), chunk.used[0].astype(int).tolist()
+    assert not (chunk.used_matrix() & ~adjacency[None]).any(), chunk.used_matrix()[0].astype(int).tolist()
     assert (chunk.used_count <= degrees[None]).all(), chunk.used_count.tolist()

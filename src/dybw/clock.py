@@ -1,25 +1,33 @@
 """The virtual clock: start, ready, stop and finish times of every worker, and who uses whom.
 
-Times are seconds.  For iteration k (docs/protocol.md), with ``C_j`` the compute time and ``D_ij`` the delay
-of link i -> j:
+Times are seconds.  For iteration k (docs/protocol.md), with ``C_j`` the compute time and ``D_l`` the delay
+of directed link ``l = i -> j``:
 
 ATC (adapt, then combine)::
 
     ready_j  = start_j + C_j                 # own update y_j leaves
-    a_ij     = ready_i + D_ij                # arrival of i's update at j
-    stop_j   = policy(ready, a)              # stop listening
+    a_l      = ready_i + D_l                 # arrival of i's update at j
+    r_j      = policy(ready_j, a_(.j))       # eligible: the stop policy's own rule
+    stop_j   = r_j, or L_j for a threshold policy in lock-step (when j learns that max_i r_i is reached)
     finish_j = stop_j                        # combining is instantaneous
 
 CTA (combine, then adapt: the message is x_j, sent at the start)::
 
-    ready_j  = start_j,   a_ij = start_i + D_ij,   stop_j = policy(ready, a),   finish_j = stop_j + C_j
+    ready_j  = start_j,   a_l = start_i + D_l,   stop_j as above,   finish_j = stop_j + C_j
 
-``S_j = {i in N_j : a_ij <= stop_j}``.  Lock-step: ``E(k) = max_j finish_j(k)`` and every worker starts
-iteration k+1 at ``E(k)``.  Free: ``start_j(k+1) = finish_j(k)``, ``E(k) = max_j finish_j(k)``.  A message
+``S_j = {i in N_j : a_ij <= stop_j}``.  The end of iteration k is ``E(k) = max_j finish_j(k)``.
+Lock-step: worker j starts iteration k+1 when it learns that iteration k is over, through the
+agreement (:mod:`dybw.agreement`): ``start_j(k+1) = L_j(finish(k))``; with ``instant`` that is ``E(k)``
+for everyone.  A threshold policy under ATC ends the iteration with its own agreement (nothing follows
+theta), so ``start_j(k+1) = finish_j(k)``.  Free: ``start_j(k+1) = finish_j(k)``, no agreement.  A message
 is matched by its iteration tag, so one that arrives after ``stop_j`` is dropped and one that arrives
 before ``start_j`` waits in the inbox: both are what ``a_ij <= stop_j`` says.
 
-The timing never depends on the model, so a whole chunk of lock-step iterations is computed at once.
+Everything is kept per directed link (``[T, L]``, never ``[T, N, N]``), so the clock scales with the
+number of links.  Lock-step iterations are computed relative to their reference start ``E(k-1)``:
+``start_j = E(k-1) + sigma_j`` with ``sigma = 0`` under ``instant``, and ``E(k) = E(k-1) + T(k)`` is
+accumulated left to right, so the floats do not depend on how iterations are chunked (a resumed run
+reproduces an uninterrupted one bit for bit).  With ``instant`` a whole chunk is computed at once.
 """
 
 from __future__ import annotations
@@ -28,8 +36,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .agreement import build_agreement
+
 SYNC_MODES = ("lockstep", "free")
 UPDATE_ORDERS = ("atc", "cta")
+PHASES = ("threshold", "end")  # the two global facts a lock-step iteration may need to agree on
 
 
 @dataclass
@@ -41,81 +52,168 @@ class TimingChunk:
     ready: np.ndarray
     stop: np.ndarray
     finish: np.ndarray
-    used: np.ndarray  # bool [T, N, N]: used[t, j, i] = i in S_j
+    used: np.ndarray  # bool [T, L]: used[t, l] = the sender of link l is in the receiver's S_j
     end: np.ndarray  # [T]: E(k)
+    links: np.ndarray  # [L, 2] (sender, receiver) of each link
+    next_offset: np.ndarray  # lock-step: start_j(k+1) - E(k), the offset each worker starts the next one at
 
     @property
     def used_count(self) -> np.ndarray:
         """``|S_j(k)|``, ``[T, N]``."""
-        return self.used.sum(axis=-1)
+        counts = np.zeros(self.start.shape, dtype=np.int64)
+        for t in range(len(self.used)):
+            counts[t] = np.bincount(self.links[self.used[t], 1], minlength=self.start.shape[1])
+        return counts
+
+    def used_matrix(self) -> np.ndarray:
+        """``used[t, j, i] = i in S_j(k)``, ``[T, N, N]`` (for the mixing weights of a small N)."""
+        n = self.start.shape[1]
+        matrix = np.zeros((len(self.used), n, n), dtype=bool)
+        matrix[:, self.links[:, 1], self.links[:, 0]] = self.used
+        return matrix
 
     def __len__(self) -> int:
         return len(self.end)
 
 
 class VirtualClock:
-    """Advances the virtual clock chunk by chunk for one graph, stop policy, sync mode and update order."""
+    """Advances the virtual clock chunk by chunk for one graph, stop policy, sync mode, update order and
+    agreement.  ``control(k0, count, phase, pairs)`` draws the agreement's control-message delays."""
 
-    def __init__(self, num_workers: int, links: np.ndarray, policy, sync: str = "lockstep", update: str = "atc"):
+    def __init__(
+        self,
+        num_workers: int,
+        links: np.ndarray,
+        policy,
+        sync: str = "lockstep",
+        update: str = "atc",
+        agreement: str = "instant",
+        control=None,
+    ):
         self.num_workers = num_workers
-        self.src, self.dst = np.asarray(links, dtype=np.int64).reshape(-1, 2).T
+        self.links = np.asarray(links, dtype=np.int64).reshape(-1, 2)
+        self.src, self.dst = self.links.T
         self.policy = policy
         self.lockstep = sync == "lockstep"
         self.atc = update == "atc"
-        self.next_start = np.zeros(num_workers)  # start_j of the next iteration
+        self.agreement = build_agreement(agreement, num_workers, self.links)
+        self.control = control
+        # incoming[j, s]: the s-th link into j (padded with L, a link that never arrives)
+        degree = np.bincount(self.dst, minlength=num_workers)
+        order = np.argsort(self.dst, kind="stable")
+        slot = np.arange(len(order)) - np.repeat(np.cumsum(degree) - degree, degree)
+        self.incoming = np.full((num_workers, max(int(degree.max(initial=0)), 1)), len(self.links))
+        self.incoming[self.dst[order], slot] = order
+        self.offset = np.zeros(num_workers)  # lock-step: start_j - E(k-1) of the next iteration (sigma)
+        self.next_start = np.zeros(num_workers)  # free: start_j of the next iteration
         self.last_end = 0.0  # E(k-1)
         self.iteration = 0
 
-    def _arrivals(self, sent: np.ndarray, link_delays: np.ndarray) -> np.ndarray:
-        """``a[..., j, i] = sent[..., i] + D_ij``; ``+inf`` where i is not a neighbour of j."""
-        shape = sent.shape[:-1] + (self.num_workers, self.num_workers)
-        arrivals = np.full(shape, np.inf)
-        arrivals[..., self.dst, self.src] = sent[..., self.src] + link_delays
-        return arrivals
-
-    def _iteration(self, start, compute, link_delays):
-        """One step of the rule in the module docstring for ``start``, ``compute`` of shape ``[..., N]``."""
+    # -- one iteration, relative to its start (leading batch axes allowed) -----------------------------
+    def _eligible(self, start, compute, link_delays):
+        """``ready``, the link arrivals ``a [..., L]`` and the eligible times ``r`` for ``start [..., N]``."""
         ready = start + compute if self.atc else start
-        arrivals = self._arrivals(ready, link_delays)
-        stop = self.policy.stop(ready, arrivals, self.lockstep)
-        finish = stop if self.atc else stop + compute
-        # A message at +inf never arrives (a non-neighbour, or a link delay too large to represent).
-        used = (arrivals <= stop[..., None]) & np.isfinite(arrivals)
-        return ready, stop, finish, used
+        arrivals = ready[..., self.src] + link_delays
+        if not self.policy.sends:  # nothing is sent: nothing ever arrives
+            arrivals = np.full_like(arrivals, np.inf)
+        padded = np.concatenate([arrivals, np.full(arrivals.shape[:-1] + (1,), np.inf)], axis=-1)
+        return ready, arrivals, padded[..., self.incoming]
 
+    def _finish(self, ready, stop, compute, arrivals):
+        finish = stop if self.atc else stop + compute
+        # A message at +inf never arrives (a link delay too large to represent).
+        used = (arrivals <= stop[..., self.dst]) & np.isfinite(arrivals)
+        return finish, used
+
+    def _uses_agreement(self) -> bool:
+        return self.lockstep and self.agreement.name != "instant"
+
+    # -- state ---------------------------------------------------------------------------------------
     def state_after(self, chunk: TimingChunk, t: int) -> dict:
         """The clock's state once iteration ``chunk.first + t`` is done (to checkpoint mid-chunk)."""
-        next_start = chunk.finish[t] if not self.lockstep else np.full(self.num_workers, chunk.end[t])
-        return {"next_start": next_start.copy(), "last_end": float(chunk.end[t]), "iteration": chunk.first + t + 1}
+        return {
+            "offset": chunk.next_offset[t].copy(),
+            "next_start": chunk.finish[t].copy(),  # free: start_j(k+1) = finish_j(k)
+            "last_end": float(chunk.end[t]),
+            "iteration": chunk.first + t + 1,
+        }
 
     def restore(self, state: dict) -> None:
+        self.offset = np.array(state["offset"], dtype=np.float64)
         self.next_start = np.array(state["next_start"], dtype=np.float64)
         self.last_end = float(state["last_end"])
         self.iteration = int(state["iteration"])
 
+    # -- advancing -------------------------------------------------------------------------------------
     def advance(self, compute: np.ndarray, link_delays: np.ndarray) -> TimingChunk:
         """Times of the next ``T`` iterations given ``C`` ``[T, N]`` and ``D`` ``[T, L]``."""
-        first, count = self.iteration, len(compute)
-        if self.lockstep:
-            # Every iteration starts at E(k-1) for all workers: solve all T at once relative to their
-            # start, then place them with a cumulative sum of the durations.
-            relative = np.zeros_like(compute)
-            ready, stop, finish, used = self._iteration(relative, compute, link_delays)
-            # E(k) = E(k-1) + T(k), accumulated left to right from the last end: the same floats whatever
-            # the chunk boundaries (a resumed run must reproduce an uninterrupted one bit for bit).
-            end = np.add.accumulate(np.concatenate([[self.last_end], finish.max(axis=-1)]))[1:]
-            offset = np.concatenate([[self.last_end], end[:-1]])[:, None]
-            start, ready, stop, finish = offset + relative, offset + ready, offset + stop, offset + finish
-            self.next_start[:] = end[-1]
-        else:
-            start = np.empty_like(compute)
-            ready, stop, finish = (np.empty_like(compute) for _ in range(3))
-            used = np.empty((count, self.num_workers, self.num_workers), dtype=bool)
-            for t in range(count):
-                start[t] = self.next_start
-                ready[t], stop[t], finish[t], used[t] = self._iteration(start[t], compute[t], link_delays[t])
-                self.next_start = finish[t].copy()
-            end = np.maximum.accumulate(np.maximum(finish.max(axis=-1), self.last_end))
+        if not self.lockstep:
+            return self._advance_free(compute, link_delays)
+        if not self._uses_agreement():
+            return self._advance_lockstep_instant(compute, link_delays)
+        return self._advance_lockstep_agreed(compute, link_delays)
+
+    def _chunk(self, first, start, ready, stop, finish, used, end, next_offset) -> TimingChunk:
+        self.iteration += len(end)
+        return TimingChunk(first, start, ready, stop, finish, used, end, self.links, next_offset)
+
+    def _advance_lockstep_instant(self, compute, link_delays) -> TimingChunk:
+        """Every iteration starts at E(k-1) for all workers: all T at once, relative to their start."""
+        first = self.iteration
+        relative = np.zeros_like(compute)
+        ready, arrivals, incoming = self._eligible(relative, compute, link_delays)
+        stop = self.policy.stop(ready, incoming, True)
+        finish, used = self._finish(ready, stop, compute, arrivals)
+        end = np.add.accumulate(np.concatenate([[self.last_end], finish.max(axis=-1)]))[1:]
+        offset = np.concatenate([[self.last_end], end[:-1]])[:, None]
         self.last_end = float(end[-1])
-        self.iteration += count
-        return TimingChunk(first, start, ready, stop, finish, used, end)
+        self.offset[:] = 0.0
+        starts = (offset + relative, offset + ready, offset + stop, offset + finish)
+        return self._chunk(first, *starts, used, end, np.zeros_like(compute))
+
+    def _advance_lockstep_agreed(self, compute, link_delays) -> TimingChunk:
+        """One iteration at a time: when each worker learns a global fact carries into the next start."""
+        first, count = self.iteration, len(compute)
+        pairs = self.agreement.pairs
+        control = {phase: self.control(first, count, phase, pairs) for phase in self._phases()}
+        start, ready, stop, finish = (np.empty_like(compute) for _ in range(4))
+        used = np.empty(link_delays.shape, dtype=bool)
+        end, next_offset = np.empty(count), np.empty_like(compute)
+        for t in range(count):
+            relative = self.offset.copy()
+            ready_t, arrivals, incoming = self._eligible(relative, compute[t], link_delays[t])
+            eligible = self.policy.eligible(ready_t, incoming)
+            # A threshold policy keeps every worker listening until it learns that all are eligible.
+            threshold = self.policy.threshold
+            stop_t = self.agreement.learn(eligible, control["threshold"][t]) if threshold else eligible
+            finish_t, used[t] = self._finish(ready_t, stop_t, compute[t], arrivals)
+            if self.policy.threshold and self.atc:
+                next_start = finish_t  # theta's agreement ended the iteration: nothing follows it
+            else:
+                next_start = self.agreement.learn(finish_t, control["end"][t])
+            duration = finish_t.max()
+            end[t] = self.last_end + duration
+            for out, value in ((start, relative), (ready, ready_t), (stop, stop_t), (finish, finish_t)):
+                out[t] = self.last_end + value
+            self.offset = next_offset[t] = next_start - duration
+            self.last_end = float(end[t])
+        return self._chunk(first, start, ready, stop, finish, used, end, next_offset)
+
+    def _phases(self) -> list[str]:
+        phases = ["end"] if not (self.policy.threshold and self.atc) else []
+        return (["threshold"] if self.policy.threshold else []) + phases
+
+    def _advance_free(self, compute, link_delays) -> TimingChunk:
+        """No barrier and no agreement: ``start_j(k+1) = finish_j(k)``; a threshold policy stops at ``r_j``."""
+        first, count = self.iteration, len(compute)
+        start, ready, stop, finish = (np.empty_like(compute) for _ in range(4))
+        used = np.empty(link_delays.shape, dtype=bool)
+        for t in range(count):
+            start[t] = self.next_start
+            ready[t], arrivals, incoming = self._eligible(start[t], compute[t], link_delays[t])
+            stop[t] = self.policy.stop(ready[t], incoming, False)
+            finish[t], used[t] = self._finish(ready[t], stop[t], compute[t], arrivals)
+            self.next_start = finish[t].copy()
+        end = np.maximum.accumulate(np.maximum(finish.max(axis=-1), self.last_end))
+        self.last_end = float(end[-1])
+        return self._chunk(first, start, ready, stop, finish, used, end, np.zeros_like(compute))

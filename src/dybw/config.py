@@ -16,6 +16,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Annotated
 
+from .agreement import AGREEMENTS
 from .algorithms import ALGORITHMS, AlgoConfig
 from .clock import SYNC_MODES
 from .errors import ConfigError
@@ -61,13 +62,16 @@ DATASET_CONFIGS = {"cifar10": DatasetConfig, "mnist": DatasetConfig, "synthetic"
 @dataclass
 class StragglerConfig:
     name: str
-    compute: DelaySpec
-    link: DelaySpec
+    compute: DelaySpec  # C_j(k): a local step
+    link: DelaySpec  # D_ij(k): a message that carries a model
+    control: DelaySpec  # a control message of an agreement (latency-bound: no model on it)
+    time_scale: Annotated[float, Finite(0, strict=True)]  # multiplies every drawn delay, in both clocks
 
 
 @dataclass
 class ProtocolConfig:
-    sync: Annotated[str, Choice(*SYNC_MODES)]
+    sync: Annotated[str, Choice(*SYNC_MODES)]  # lockstep: iterations end together | free: no barrier
+    agreement: Annotated[str, Choice(*AGREEMENTS)]  # how lock-step workers learn a global maximum
 
 
 @dataclass
@@ -210,10 +214,12 @@ def _check_dataset(cfg: RunConfig) -> None:
 
 
 def _check_stragglers(cfg: RunConfig, graph) -> None:
-    """Persistent worker ids exist; a replayed trace exists and covers every worker / link."""
+    """Persistent worker ids exist; a replayed trace exists and covers every worker / link; control
+    messages are drawn, not replayed, and have no persistent stragglers of their own."""
     from .stragglers import DelaySampler
 
-    for where, spec in (("straggler.compute", cfg.straggler.compute), ("straggler.link", cfg.straggler.link)):
+    straggler = cfg.straggler
+    for where, spec in (("straggler.compute", straggler.compute), ("straggler.link", straggler.link)):
         spec.check_path(where)
         for i, worker in enumerate(spec.persistent_ids):
             if isinstance(worker, bool) or not isinstance(worker, int) or not 0 <= worker < cfg.num_workers:
@@ -222,8 +228,27 @@ def _check_stragglers(cfg: RunConfig, graph) -> None:
                     worker,
                     f"must be a worker id in 0..{cfg.num_workers - 1} ({cfg.num_workers} workers)",
                 )
+    control = straggler.control
+    if control.dist == "trace":
+        raise ConfigError("straggler.control.dist", control.dist, "control delays are drawn: choose a distribution")
+    if control.persistent_ids or control.persistent_fraction:
+        raise ConfigError(
+            "straggler.control.persistent_ids" if control.persistent_ids else "straggler.control.persistent_fraction",
+            control.persistent_ids or control.persistent_fraction,
+            "control messages have no persistent stragglers of their own (use slow_prob / slow_factor)",
+        )
     # Reading the traces and keying the streams is cheap; it raises the errors a run would hit later.
-    DelaySampler(cfg.straggler.compute, cfg.straggler.link, graph.directed_links(), cfg.num_workers, cfg.seed)
+    DelaySampler(straggler.compute, straggler.link, graph.directed_links(), cfg.num_workers, cfg.seed)
+
+
+def _check_protocol(cfg: RunConfig) -> None:
+    if cfg.protocol.sync == "free" and cfg.protocol.agreement != "instant":
+        raise ConfigError(
+            "protocol.agreement",
+            cfg.protocol.agreement,
+            "protocol.sync=free has no global agreement (nobody waits for a global maximum): "
+            "use sync=lockstep, or leave protocol.agreement=instant",
+        )
 
 
 def validate(cfg: RunConfig):
@@ -232,6 +257,7 @@ def validate(cfg: RunConfig):
     from .topology import build_graph
 
     _check_experiment_name(cfg.experiment_name)
+    _check_protocol(cfg)
     _check_dataset(cfg)
     graph = build_graph(cfg.topology, cfg.num_workers)
     algorithm = ALGORITHMS[cfg.algo.name]

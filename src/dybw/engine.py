@@ -32,9 +32,21 @@ from .trainer import StackedTrainer
 def delays_and_clock(cfg, graph) -> tuple[DelaySampler, VirtualClock]:
     """The delay streams and the virtual clock of a config: what a training job and a clock-only job share."""
     links = graph.directed_links()
-    delays = DelaySampler(cfg.straggler.compute, cfg.straggler.link, links, cfg.num_workers, cfg.seed)
+    straggler = cfg.straggler
+    delays = DelaySampler(
+        straggler.compute, straggler.link, links, cfg.num_workers, cfg.seed, straggler.control, straggler.time_scale
+    )
     policy = build_algorithm(cfg.algo, graph.degrees)
-    return delays, VirtualClock(cfg.num_workers, links, policy, cfg.protocol.sync, cfg.algo.update)
+    clock = VirtualClock(
+        cfg.num_workers,
+        links,
+        policy,
+        cfg.protocol.sync,
+        cfg.algo.update,
+        agreement=cfg.protocol.agreement,
+        control=delays.control,
+    )
+    return delays, clock
 
 
 @dataclass
@@ -63,7 +75,7 @@ class Schedule:
     def next_chunk(self, count: int) -> ScheduleChunk:
         k0 = self.next_iteration
         timing = self.clock.advance(self.delays.compute(k0, count), self.delays.link(k0, count))
-        weights = mixing_matrices(timing.used, self.cfg.algo.mixing, self.degrees)
+        weights = mixing_matrices(timing.used_matrix(), self.cfg.algo.mixing, self.degrees)
         batches = self.batches.take(k0, count)
         self.next_iteration += count
         return ScheduleChunk(timing, weights, batches, self.learning_rate(np.arange(k0, k0 + count)))
@@ -239,7 +251,9 @@ class IterationEngine:
         """Continue from a :meth:`checkpoint`; returns the number of iterations already done."""
         done = int(state["iteration"])
         self.trainer.params = self.trainer.tf.constant(np.asarray(state["params"], dtype=np.float32)[self.workers])
-        self.schedule.clock.restore({key: state[f"clock_{key}"] for key in ("next_start", "last_end", "iteration")})
+        self.schedule.clock.restore(
+            {key[len("clock_") :]: value for key, value in state.items() if key.startswith("clock_")}
+        )
         self.schedule.next_iteration = done
         for name, values in self.timeline.columns.items():
             values[:done] = state[f"timeline_{name}"]

@@ -163,6 +163,8 @@ class _Drawn:
         for s in self.streams:
             if s.position != k0:
                 s.skip_to(k0)
+        if not self.streams:
+            return np.zeros((count, 0))
         u = np.stack([s.take(count) for s in self.streams], axis=1)  # [count, entities, 3]
         return self.spec.unit_draws(u)
 
@@ -195,20 +197,34 @@ def _persistent_factors(
 
 
 class DelaySampler:
-    """Draws ``C[k, j]`` (``[count, N]``) and ``D[k, l]`` (``[count, L]``, l indexing ``links``) in order.
+    """Draws ``C[k, j]`` (``[count, N]``), ``D[k, l]`` (``[count, L]``, l indexing ``links``) and the
+    agreement's control-message delays, in order, each times ``time_scale``.
 
-    Streams: compute ``(seed, "compute", j)``, links ``(seed, "link", i, j)`` — independent of the
-    algorithm and of which process asks, so every backend sees the same numbers.
+    Streams: compute ``(seed, "compute", j)``, links ``(seed, "link", i, j)``, control messages
+    ``(seed, "control", phase, i, j)`` -- independent of the algorithm and of which process asks, so every
+    runner sees the same numbers, and drawing control delays never shifts the others.
     """
 
-    def __init__(self, compute: DelaySpec, link: DelaySpec, links: np.ndarray, num_workers: int, seed: int):
+    def __init__(
+        self,
+        compute: DelaySpec,
+        link: DelaySpec,
+        links: np.ndarray,
+        num_workers: int,
+        seed: int,
+        control: DelaySpec | None = None,
+        time_scale: float = 1.0,
+    ):
         self.links = np.asarray(links, dtype=np.int64).reshape(-1, 2)
+        self.seed, self.time_scale = seed, time_scale
         workers = [(j,) for j in range(num_workers)]
         link_ids = [(int(i), int(j)) for i, j in self.links]
         self._compute = self._source(compute, seed, "compute", workers, ("worker",), "straggler.compute")
         self._link = self._source(link, seed, "link", link_ids, ("src", "dst"), "straggler.link")
         self._compute_factor = _persistent_factors(compute, seed, "compute", workers, num_workers, "straggler.compute")
         self._link_factor = _persistent_factors(link, seed, "link", link_ids, num_workers, "straggler.link")
+        self._control_spec = control
+        self._control: dict[tuple, _Drawn] = {}  # per (phase, pairs): the streams of those pairs
 
     @staticmethod
     def _source(spec, seed, kind, entities, key_columns, where):
@@ -218,11 +234,24 @@ class DelaySampler:
 
     def compute(self, k0: int, count: int) -> np.ndarray:
         """Compute times of iterations ``k0 .. k0+count-1``, ``[count, N]`` seconds."""
-        return _finite(self._compute.take(k0, count) * self._compute_factor, "straggler.compute", k0)
+        drawn = self._compute.take(k0, count) * self._compute_factor * self.time_scale
+        return _finite(drawn, "straggler.compute", k0)
 
     def link(self, k0: int, count: int) -> np.ndarray:
         """Link delays of iterations ``k0 .. k0+count-1``, ``[count, L]`` seconds."""
-        return _finite(self._link.take(k0, count) * self._link_factor, "straggler.link", k0)
+        return _finite(self._link.take(k0, count) * self._link_factor * self.time_scale, "straggler.link", k0)
+
+    def control(self, k0: int, count: int, phase: str, pairs: np.ndarray) -> np.ndarray:
+        """Control-message delays of iterations ``k0 .. k0+count-1`` for the directed ``pairs [M, 2]`` of an
+        agreement phase, ``[count, M]`` seconds."""
+        pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+        key = (phase, pairs.tobytes())
+        if key not in self._control:
+            entities = [(phase, int(i), int(j)) for i, j in pairs]
+            self._control[key] = _Drawn(self._control_spec, self.seed, "control", entities)
+        if len(pairs) == 0:
+            return np.zeros((count, 0))
+        return _finite(self._control[key].take(k0, count) * self.time_scale, "straggler.control", k0)
 
 
 def _finite(delays: np.ndarray, where: str, k0: int) -> np.ndarray:

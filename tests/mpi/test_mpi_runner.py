@@ -38,6 +38,8 @@ ALGOS = [
     ["algo=cb_dybw"],
     ["algo=cb_full", "algo.update=cta"],
     ["algo=cb_static", "protocol.sync=free", "algo.mixing=metropolis"],
+    ["algo=cb_dybw", "protocol.agreement=flood"],
+    ["algo=cb_static", "algo.update=cta", "protocol.agreement=allreduce"],
 ]
 # Every policy on 2 and 4 ranks; 1 rank and 3 uneven groups (3+3+2 workers) with one policy, since the
 # exchange does not depend on it.

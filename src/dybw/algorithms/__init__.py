@@ -2,7 +2,8 @@
 
 - :mod:`.cb_full`   wait for every neighbour;
 - :mod:`.cb_static` wait for the fastest ``d_j - b`` neighbours;
-- :mod:`.cb_dybw`   dynamic backup workers: listen until the last worker could stop.
+- :mod:`.cb_dybw`   dynamic backup workers: listen until the last worker could stop;
+- :mod:`.isolated`  no communication at all (``W = I``): the floor that shows whether consensus matters.
 
 :mod:`.base` holds what they share: the registry, the common config keys, :class:`StopPolicy`.
 """
@@ -13,12 +14,14 @@ from .base import ALGORITHMS, AlgoConfig, Algorithm, StopPolicy, build_algorithm
 from .cb_dybw import CbDyBW
 from .cb_full import CbFull
 from .cb_static import CbStatic
+from .isolated import Isolated
 
 __all__ = [
     "ALGORITHMS",
     "CbDyBW",
     "CbFull",
     "CbStatic",
+    "Isolated",
     "AlgoConfig",
     "Algorithm",
     "StopPolicy",

@@ -115,6 +115,7 @@ class StopPolicy(Algorithm):
     """
 
     threshold: ClassVar[bool] = False
+    sends: ClassVar[bool] = True  # False: a worker sends nothing (so it uses nothing: S_j is empty)
     timeout: float = np.inf
 
     def __init__(self, degrees: np.ndarray):

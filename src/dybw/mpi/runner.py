@@ -50,6 +50,13 @@ class MpiRunner(Runner):
             raise ConfigError(
                 "runner.ranks", runner.ranks, f"allowed range 0..{cfg.num_workers} (num_workers; 0 = auto)"
             )
+        if runner.clock == "wall" and cfg.protocol.agreement != "instant":
+            raise ConfigError(
+                "protocol.agreement",
+                cfg.protocol.agreement,
+                "the wall clock agrees through MPI's own barrier: "
+                "use protocol.agreement=instant with runner.clock=wall",
+            )
         if runner.clock == "wall" and runner.ranks not in (0, cfg.num_workers):
             raise ConfigError(
                 "runner.ranks", runner.ranks, f"the wall clock runs one worker per rank: use 0 or {cfg.num_workers}"
