@@ -89,8 +89,9 @@ def main(argv: list[str] | None = None) -> int:
             failed += counts["failed"]
     run_seconds = time.perf_counter() - started
 
-    from . import plots, report, style
+    from . import costs, plots, report, style
 
+    figures = {**plots.FIGURES, **costs.FIGURES}
     style.setup()
     drawn, failed_figures = [], []
     command = "make figures-quick" if args.quick else "make figures"
@@ -104,14 +105,14 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"[{name}] wrote {', '.join(str(f) for f in files)} ({time.perf_counter() - t0:.1f} s)", flush=True)
             continue
-        if spec.figure not in plots.FIGURES:
+        if spec.figure not in figures:
             print(
-                f"error: {spec.path}: figure '{spec.figure}' is unknown; known: {', '.join(plots.FIGURES)}, {TABLE}",
+                f"error: {spec.path}: figure '{spec.figure}' is unknown; known: {', '.join(figures)}, {TABLE}",
                 file=sys.stderr,
             )
             return 2
         try:
-            result = plots.FIGURES[spec.figure](ctx)
+            result = figures[spec.figure](ctx)
         except Exception as error:  # noqa: BLE001 - one broken figure must not hide the others
             import traceback
 

@@ -40,9 +40,10 @@ def fmt_pm(stats: tuple[float, float, int], digits: int = 1, scale: float = 1.0,
     return text + unit
 
 
-def paired(
-    frame: pd.DataFrame, value: str, keys=("dataset", "split", "seed"), reference: str = REFERENCE
-) -> pd.DataFrame:
+PAIRING = ("dataset", "split", "setting", "graph", "seed")  # what makes two runs see the same delays and data
+
+
+def paired(frame: pd.DataFrame, value: str, keys=PAIRING, reference: str = REFERENCE) -> pd.DataFrame:
     """Rows of every non-reference label with its reference's value of the same ``keys`` in ``ref``."""
     keys = [k for k in keys if k in frame]
     ref = frame[frame["label"] == reference][[*keys, value]].rename(columns={value: "ref"})
@@ -166,3 +167,36 @@ def usage_frame(jobs, results, slow_variant: str) -> pd.DataFrame:
 def usage_stats(frame: pd.DataFrame, variant: str, sender: str) -> tuple:
     rows = frame[(frame["variant"] == variant) & (frame["sender"] == sender)]
     return mean_std(rows["used_fraction"])
+
+
+# --- C2 under every way of ending an iteration ---------------------------------------------------------
+
+PAPER_SETTING = "lock-step, instant"
+BARRIER_FREE = "free"
+
+
+def cut_against(
+    frame: pd.DataFrame, label: str, setting: str, reference_setting: str, value: str = "mean_iteration_duration"
+):
+    """``mean_std`` of ``1 - value(label, setting) / value(cb-Full, reference_setting)``, paired by graph and
+    seed: e.g. lock-step cb-DyBW against the barrier-free cb-Full that D-PSGD implementations run."""
+    keys = [k for k in ("dataset", "split", "graph", "seed") if k in frame]
+    mine = frame[(frame["label"] == label) & (frame["setting"] == setting)][[*keys, value]]
+    ref = frame[(frame["label"] == REFERENCE) & (frame["setting"] == reference_setting)][[*keys, value]]
+    both = mine.merge(ref.rename(columns={value: "ref"}), on=keys, how="inner")
+    return mean_std(1.0 - both[value] / both["ref"])
+
+
+def crossing_below(x, y, level: float) -> float:
+    """The smallest ``x`` at which the piecewise-linear curve ``y(x)`` (x increasing) falls below ``level``:
+    interpolated between the last point at or above and the first below; nan if it never does, -inf if
+    it starts below."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    below = np.flatnonzero(y < level)
+    if len(below) == 0:
+        return math.nan
+    i = int(below[0])
+    if i == 0:
+        return -math.inf
+    x0, x1, y0, y1 = x[i - 1], x[i], y[i - 1], y[i]
+    return float(x0 + (y0 - level) / (y0 - y1) * (x1 - x0))

@@ -22,17 +22,17 @@ from ..engine import Timeline, delays_and_clock
 from ..results import ResultsWriter, Summary
 
 CHUNK = 256
-VERSION = 2  # part of a clock job's config hash: bump when what a clock job writes changes
+VERSION = 3  # part of a clock job's config hash: bump when what a clock job writes changes
 
 
 def simulate(cfg, graph) -> tuple[Timeline, np.ndarray]:
-    """The timeline of ``cfg.iterations`` iterations of ``cfg``'s clock, and ``used[j, i]``: in how many
-    iterations worker j used neighbour i's message."""
+    """The timeline of ``cfg.iterations`` iterations of ``cfg``'s clock, and per directed link of
+    ``graph.directed_links()`` in how many iterations its receiver used its sender's message."""
     with warnings.catch_warnings():  # a clamped algo.b was already reported when the spec was checked
         warnings.simplefilter("ignore")
         delays, clock = delays_and_clock(cfg, graph)
     timeline = Timeline(cfg.iterations, cfg.num_workers, graph.degrees)
-    used = np.zeros((cfg.num_workers, cfg.num_workers), dtype=np.int64)
+    used = np.zeros(len(clock.links), dtype=np.int64)
     k = 0
     while k < cfg.iterations:
         count = min(CHUNK, cfg.iterations - k)
@@ -51,9 +51,7 @@ def _write_usage(path: Path, graph, used: np.ndarray, iterations: int) -> None:
     import pandas as pd
 
     links = graph.directed_links()
-    frame = pd.DataFrame(
-        {"src": links[:, 0], "dst": links[:, 1], "used_fraction": used[links[:, 1], links[:, 0]] / iterations}
-    )
+    frame = pd.DataFrame({"src": links[:, 0], "dst": links[:, 1], "used_fraction": used / iterations})
     fd, tmp = tempfile.mkstemp(prefix=".usage.", dir=path.parent)
     os.close(fd)
     try:

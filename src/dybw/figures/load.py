@@ -28,6 +28,19 @@ def algo_label(plain: dict) -> str:
     return label
 
 
+def setting_of(plain: dict) -> str:
+    """How iterations end: ``lock-step, <agreement>`` or ``free`` (no barrier, no agreement)."""
+    protocol = plain["protocol"]
+    return "free" if protocol["sync"] == "free" else f"lock-step, {protocol['agreement']}"
+
+
+def delay_mean(plain: dict, which: str = "control") -> float:
+    """The mean delay (seconds) of ``straggler.<which>`` (compute, link or control) of a config."""
+    from ..stragglers import DelaySpec
+
+    return DelaySpec(**plain["straggler"][which]).mean * plain["straggler"]["time_scale"]
+
+
 def identity(job: Job) -> dict:
     """The columns that identify a job in every frame."""
     plain = job.plain
@@ -42,7 +55,13 @@ def identity(job: Job) -> dict:
         "split": plain["dataset"]["split"],
         "num_workers": plain["num_workers"],
         "eta0": plain["algo"]["eta0"],
+        "graph": plain["topology"].get("seed", 0),  # which random graph (topology.seed)
         "seed": plain["seed"],
+        "sync": plain["protocol"]["sync"],
+        "agreement": plain["protocol"]["agreement"],
+        "setting": setting_of(plain),
+        "min_neighbors": plain["algo"].get("min_neighbors", np.nan),
+        "control_delay": delay_mean(plain, "control"),
         "experiment": job.experiment,
     }
     values.update(job.params)  # variant, sweep and the swept keys (e.g. "algo.eta0")

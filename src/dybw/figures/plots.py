@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from matplotlib.lines import Line2D
 
 from . import analysis, load, style
 from .specs import Job, Spec
@@ -176,116 +175,6 @@ def convergence(ctx: Context) -> Drawn:
         f"{style.describe_clock(plain, topology)}; {style.describe_training(plain)}. cb-Static's b is "
         f"clamped per worker to at most d_j-1. Every algorithm sees the same delays and minibatches per seed. "
         f"Source: training runs (local backend, virtual clock), {_source(ctx, jobs)}."
-    )
-    return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption))
-
-
-# ------------------------------------------------------------------------------------------------------
-def durations(ctx: Context) -> Drawn:
-    jobs = ctx.completed_jobs(ctx.select(kind="train"))
-    frame = ctx.summaries(jobs)
-    name, title = ctx.spec.name, ctx.spec.title
-    fig, axes = style.figure(2, 1, width=5.6, height=3.6)
-    if frame.empty:
-        return _no_runs(ctx, fig, axes, name, title)
-    labels = style.ordered(frame["label"])
-    colors = style.palette(labels)
-    groups = list(dict.fromkeys(frame["spec"]))  # one per dataset (quick mode: both are synthetic)
-    names = _group_names(frame, groups)
-    ax = axes[0, 0]
-    width = 0.8 / len(labels)
-    for i, label in enumerate(labels):
-        for d, group in enumerate(groups):
-            stats = analysis.values(frame, "mean_iteration_duration", label=label, spec=group)
-            x = d + (i - (len(labels) - 1) / 2) * width
-            ax.bar(
-                x,
-                1000 * stats[0],
-                width * 0.92,
-                color=colors[label],
-                label=label if d == 0 else None,
-                yerr=1000 * stats[1] if stats[2] > 1 else None,
-                capsize=2,
-                error_kw={"lw": 0.8},
-            )
-            if label != analysis.REFERENCE:
-                red = analysis.reduction(frame, label, spec=group)
-                if red[2]:
-                    ax.text(
-                        x,
-                        1000 * (stats[0] + (stats[1] if stats[2] > 1 else 0)) + 3,
-                        f"-{100 * red[0]:.0f}%",
-                        ha="center",
-                        va="bottom",
-                        fontsize=8.5,
-                    )
-    ax.set_xticks(range(len(groups)), [names[g] for g in groups])
-    ax.set_ylabel("mean iteration duration E(K-1)/K (ms)")
-    ax.set_title("mean iteration duration, reduction vs cb-Full")
-    ax.margins(y=0.12)
-    # distribution of T(k): the first group, pooled over seeds
-    ax = axes[0, 1]
-    first = groups[0]
-    identical = True
-    samples = []
-    by_key = {(j.spec, load.algo_label(j.plain), j.plain["seed"]): j for j in jobs}
-    for (spec, label, seed), job in by_key.items():
-        tl = load.timeline(job, ctx.results)
-        if tl is None:
-            continue
-        t = load.durations(tl)
-        if spec == first:
-            samples.append(pd.DataFrame({"label": label, "T": 1000 * t}))
-        else:  # same seed on another dataset: the clock should not depend on the data
-            twin = by_key.get((first, label, seed))
-            twin_tl = load.timeline(twin, ctx.results) if twin else None
-            if twin_tl is None or not np.allclose(load.durations(twin_tl), t):
-                identical = False
-    if samples:
-        data = pd.concat(samples, ignore_index=True)
-        import seaborn as sns
-
-        sns.histplot(
-            data=data,
-            x="T",
-            hue="label",
-            hue_order=labels,
-            palette=colors,
-            element="step",
-            fill=False,
-            stat="density",
-            common_norm=False,
-            log_scale=True,
-            bins=60,
-            ax=ax,
-            legend=False,
-            lw=1.4,
-        )
-        for label in labels:
-            median = data[data["label"] == label]["T"].median()
-            ax.axvline(median, color=colors[label], ls=":", lw=1)
-    if samples:
-        style.plain_log_ticks(ax, "x")
-    ax.set_xlabel("iteration duration T(k) = E(k) - E(k-1) (ms, log scale)")
-    ax.set_ylabel("density")
-    ax.set_title(f"distribution of T(k), {names[first]}")
-    style.panel_letters(axes)
-    handles = [Line2D([], [], color=colors[name], lw=6) for name in labels]
-    style.top_legend(fig, handles, labels)
-    plain, topology = _setup(ctx, jobs)
-    seeds = style.seeds_text(frame["seed"].unique())
-    same = (
-        " The virtual clock does not depend on the model or the data, so with the same seeds the durations are "
-        "identical on every dataset (checked: they are)."
-        if len(groups) > 1 and identical
-        else ""
-    )
-    caption = (
-        f"(a) Mean iteration duration E(K-1)/K from summary.json, mean over {seeds} with +-1 std error bars; "
-        f"the label on each bar is the paired reduction 1 - T_alg/T_cb-Full (same seed = same delays). "
-        f"(b) Histogram of the {plain['iterations']} per-iteration durations of each seed (timeline.parquet), "
-        f"pooled; dotted lines: medians.{same} Setup: {style.describe_clock(plain, topology)}. "
-        f"Source: training runs, {_source(ctx, jobs)}."
     )
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption))
 
@@ -897,7 +786,6 @@ def static_b(ctx: Context) -> Drawn:
 
 FIGURES = {
     "convergence": convergence,
-    "durations": durations,
     "backups": backups,
     "speedup": speedup,
     "noniid": noniid,

@@ -32,8 +32,8 @@ RULES = {
     "C1": "reproduced: the log-log slope of cb-DyBW's iterations to target against N is within [-1.25, -0.75] "
     "both with the theorem's step (eta ~ N) and with a fixed step; partly: within that range with the "
     "theorem's step only, or between -0.75 and -0.25; not: above -0.25 (or the target is not reached).",
-    "C2": "reproduced: the paired mean reduction 1 - T_DyBW/T_Full is >= 65 % on every dataset; partly: >= 30 %; "
-    "not: below.",
+    "C2": "reproduced: in the paper's setting (lock-step, instant agreement) the paired mean reduction 1 - "
+    "T_DyBW/T_Full is >= 65 %; partly: >= 30 %; not: below. The other settings are reported, not judged.",
     "C3": "reproduced: every run reaches the target and the mean ratio of iterations to target (DyBW/Full) is within "
     "[0.5, 2]; partly: within [0.2, 5]; not: otherwise or not reached.",
     "C4": "reproduced: b_j(k) changes from one iteration to the next for >= 10 % of (worker, iteration) pairs and, "
@@ -72,65 +72,135 @@ def _summaries(ctx: Context, spec: str, **params) -> pd.DataFrame:
 CONVERGENCE = ("convergence_mnist", "convergence_cifar10")
 
 
-def _per_dataset(ctx: Context) -> list[tuple[str, pd.DataFrame]]:
-    """``(name, summaries)`` of each convergence spec (one per dataset; named by spec when datasets repeat)."""
+def _per_dataset(ctx: Context, with_shards: bool = False) -> list[tuple[str, pd.DataFrame]]:
+    """``(name, summaries)`` of each convergence spec (one per dataset; named by spec when datasets repeat),
+    then, with ``with_shards``, the label-shards runs of ``noniid`` (a task isolated workers cannot learn)."""
     groups = [(spec, _summaries(ctx, spec)) for spec in CONVERGENCE]
     missing = [spec for spec, frame in groups if frame.empty]
     if missing:  # a dataset without runs: the claim cannot be checked on every dataset
         ctx.missing = missing
     groups = [(spec, frame) for spec, frame in groups if not frame.empty]
     names = [_dataset_name(frame["dataset"].iloc[0]) for _, frame in groups]
-    return [
+    tasks = [
         (name if names.count(name) == 1 else f"{name} ({spec})", frame) for name, (spec, frame) in zip(names, groups)
     ]
+    if with_shards:
+        shards = ctx.summaries(ctx.select(spec="noniid"))
+        shards = shards[shards["split"] != "iid"] if not shards.empty else shards
+        if not shards.empty:
+            tasks.append((f"{_dataset_name(shards['dataset'].iloc[0])}, {shards['split'].iloc[0]}", shards))
+    return tasks
+
+
+JUDGED = ("MNIST", "CIFAR-10", "synthetic")  # tasks whose numbers decide C3 and C5 (i.i.d., as in the paper)
+
+
+def _judged(name: str) -> bool:
+    return name.split(" (")[0] in JUDGED
 
 
 # --- the claims -----------------------------------------------------------------------------------------
 
 
 def claim_c2(ctx: Context) -> Claim:
-    parts, values, ok65, ok30 = [], {}, [], []
-    table = ["| dataset | algorithm | mean iteration duration | reduction vs cb-Full |", "|---|---|---|---|"]
-    for name, frame in _per_dataset(ctx):
-        stats = analysis.reduction(frame, DYBW)
-        values[name] = {"mean": stats[0], "std": stats[1], "seeds": stats[2]}
-        parts.append(f"{name} {_pct(stats)}")
-        ok65.append(stats[2] > 0 and stats[0] >= 0.65)
-        ok30.append(stats[2] > 0 and stats[0] >= 0.30)
-        for label in style_order(frame):
-            mean_t = analysis.values(frame, "mean_iteration_duration", label=label)
-            red = "-" if label == analysis.REFERENCE else _pct(analysis.reduction(frame, label))
-            table.append(f"| {name} | {label} | {fmt_pm(mean_t, 1, 1000, ' ms')} | {red} |")
-    verdict = _verdict(ok65, ok30, not getattr(ctx, "missing", []))
-    same = len({round(v["mean"], 9) for v in values.values()}) == 1 and len(values) > 1
+    """C2 on the virtual clock (clock-only jobs: the clock does not depend on the data), under every way of
+    ending a lock-step iteration and against a barrier-free cb-Full; the verdict keeps the paper's setting."""
+    from .costs import SETTING_ORDER, settings_in
+
+    frame = ctx.summaries(ctx.completed_jobs(ctx.select(spec="durations", kind="clock")))
+    table = [
+        "| setting | algorithm | mean iteration duration | cut vs cb-Full, same setting | cut vs cb-Full, no barrier |",
+        "|---|---|---|---|---|",
+    ]
+    values, robust = {}, []
+    for setting in settings_in(frame) if not frame.empty else SETTING_ORDER[:0]:
+        rows = frame[frame["setting"] == setting]
+        for label in style_order(rows):
+            mean_t = analysis.values(rows, "mean_iteration_duration", label=label)
+            same = "-" if label == analysis.REFERENCE else _pct(analysis.reduction(rows, label))
+            free = _pct(analysis.cut_against(frame, label, setting, analysis.BARRIER_FREE))
+            if label == analysis.REFERENCE and setting == analysis.BARRIER_FREE:
+                free = "-"
+            table.append(f"| {setting} | {label} | {fmt_pm(mean_t, 1, 1000, ' ms')} | {same} | {free} |")
+        cut = analysis.reduction(rows, DYBW)
+        free_cut = analysis.cut_against(frame, DYBW, setting, analysis.BARRIER_FREE)
+        values[setting] = {"same_setting": _ms(cut), "vs_barrier_free": _ms(free_cut)}
+        for what, stats in (
+            (f"{setting} vs cb-Full, same setting", cut),
+            (f"{setting} vs barrier-free cb-Full", free_cut),
+        ):
+            if stats[2] and not (setting == analysis.BARRIER_FREE and what.endswith("barrier-free cb-Full")):
+                robust.append((what, stats[0] >= 0.65))
+    paper = values.get(analysis.PAPER_SETTING, {}).get("same_setting", {"mean": math.nan, "seeds": 0})
+    verdict = (
+        "reproduced"
+        if paper["seeds"] and paper["mean"] >= 0.65
+        else "partly"
+        if paper["seeds"] and paper["mean"] >= 0.30
+        else "not"
+    )
+    spread = _graphs_and_seeds(frame)
+    number = f"{_pct(_as_stats(paper))} (paper's setting: lock-step, instant agreement)"
+    held = [what for what, ok in robust if ok]
+    failed = [what for what, ok in robust if not ok]
     why = (
-        f"cb-DyBW's mean iteration is {' and '.join(parts)} shorter than cb-Full's (paired over seeds)"
-        + (
-            " - identical on both datasets because the virtual clock depends only on the delays, not on the data"
-            if same
-            else ""
-        )
-        + ". "
-        + _said(
-            ctx,
-            {
-                "reproduced": "That is within or above the paper's 65-70 %.",
-                "partly": "Shorter, but below the paper's 65 %.",
-                "not": "Far from the paper's 65-70 %.",
-            }[verdict],
-        )
+        f"On the virtual clock (clock-only jobs: the clock does not depend on the model or the data, so the number "
+        f"holds for MNIST and CIFAR-10 alike and is shown once), cb-DyBW's mean iteration is {_pct(_as_stats(paper))} "
+        f"shorter than cb-Full's in the paper's setting -- lock-step, with the workers' agreement on the end of "
+        f"each iteration (and on cb-DyBW's threshold theta) taken as instant -- paired over {spread}. "
+        + {
+            "reproduced": "That is within or above the paper's 65-70 %.",
+            "partly": "Shorter, but below the paper's 65 %.",
+            "not": "Far from the paper's 65-70 %.",
+        }[verdict]
+        + " **Robustness:** the cut stays at or above 65 % "
+        + (f"for {'; '.join(held)}" if held else "in no other setting")
+        + (f", and falls below it for {'; '.join(failed)}" if failed else "")
+        + ". A global maximum is never free in a real network: 'allreduce' and 'flood' pay a control-message delay "
+        "per message of a recursive doubling or of a flood over the graph, for every policy's lock-step barrier; "
+        "'free' is cb-Full without a barrier, the way decentralised SGD implementations run."
+        + _agreement_break_even(ctx)
         + _delay_mix(ctx)
-        + _missing_text(ctx)
     )
     return Claim(
-        "C2",
-        ["durations", "ratio"],
-        "; ".join(parts) or "n/a",
-        verdict,
-        why,
-        ["convergence_mnist", "convergence_cifar10", "durations"],
-        table,
-        values,
+        "C2", ["durations", "agreement", "ratio"], number, verdict, why, ["durations", "agreement"], table, values
+    )
+
+
+def _as_stats(entry: dict) -> tuple:
+    return entry.get("mean", math.nan), entry.get("std", math.nan), entry.get("seeds", 0)
+
+
+def _graphs_and_seeds(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return "no runs"
+    graphs, seeds = frame["graph"].nunique(), frame["seed"].nunique()
+    return f"{graphs} graph{'s' if graphs > 1 else ''} x {seeds} seed{'s' if seeds > 1 else ''}"
+
+
+def _agreement_break_even(ctx: Context) -> str:
+    """Where cb-DyBW's cut falls below 65 % as control messages slow down (the ``agreement`` spec)."""
+    from .costs import agreement_frame, break_even, describe_break_even
+
+    cuts = agreement_frame(ctx, ctx.completed_jobs(ctx.select(spec="agreement", kind="clock")))
+    if cuts.empty:
+        return ""
+    parts = []
+    for name in sorted(cuts["agreement"].unique()):
+        for versus, what in (
+            ("same agreement", "cb-Full under the same agreement"),
+            ("no barrier", "barrier-free cb-Full"),
+        ):
+            parts.append(f"{name}, vs {what}: {describe_break_even(break_even(cuts, name, versus))}")
+    ctx.break_even = {
+        f"{name}/{versus}": break_even(cuts, name, versus)
+        for name in sorted(cuts["agreement"].unique())
+        for versus in ("same agreement", "no barrier")
+    }
+    return (
+        " As the control-message delay grows from 0 to the data links' mean (agreement.png), the cut "
+        + "; ".join(parts)
+        + "."
     )
 
 
@@ -201,15 +271,16 @@ def claim_c3(ctx: Context, spec_frames=None) -> Claim:
         "| dataset | algorithm | iterations to target | runs reaching it | ratio vs cb-Full |",
         "|---|---|---|---|---|",
     ]
-    for name, frame in _per_dataset(ctx):
+    for name, frame in _per_dataset(ctx, with_shards=True):
         stats = analysis.ratio(frame, DYBW, "iterations_to_target")
-        hit = [analysis.reached(frame, label=name) for name in (DYBW, analysis.REFERENCE)]
+        hit = [analysis.reached(frame, label=who) for who in (DYBW, analysis.REFERENCE)]
         everyone = all(h[0] == h[1] and h[1] > 0 for h in hit)
         values[name] = {"mean": stats[0], "std": stats[1], "seeds": stats[2], "all_reached": everyone}
         target = frame["target_accuracy"].iloc[0]
         parts.append(f"{name} {fmt_pm(stats, 2)}x (target {target:g})")
-        strict.append(everyone and stats[2] > 0 and 0.5 <= stats[0] <= 2)
-        loose.append(stats[2] > 0 and 0.2 <= stats[0] <= 5)
+        if _judged(name):
+            strict.append(everyone and stats[2] > 0 and 0.5 <= stats[0] <= 2)
+            loose.append(stats[2] > 0 and 0.2 <= stats[0] <= 5)
         for label in style_order(frame):
             its = analysis.values(frame, "iterations_to_target", label=label)
             r = analysis.reached(frame, label=label)
@@ -221,7 +292,9 @@ def claim_c3(ctx: Context, spec_frames=None) -> Claim:
             table.append(f"| {name} | {label} | {fmt_pm(its, 0)} | {r[0]}/{r[1]} | {rat} |")
     verdict = _verdict(strict, loose, not getattr(ctx, "missing", []))
     why = (
-        f"Iterations to target, cb-DyBW / cb-Full (paired): {'; '.join(parts)}. "
+        f"Iterations to target, cb-DyBW / cb-Full (paired over graphs and seeds): {'; '.join(parts)}. "
+        "The verdict is decided on the i.i.d. tasks, as in the paper; the label-shards row is a split where "
+        "isolated workers miss the target (see 'Does the task need consensus?'). "
         + _said(
             ctx,
             {
@@ -252,7 +325,7 @@ def claim_c5(ctx: Context) -> Claim:
         "cb-Full | time to target vs cb-Full |",
         "|---|---|---|---|---|---|---|",
     ]
-    for name, frame in _per_dataset(ctx):
+    for name, frame in _per_dataset(ctx, with_shards=True):
         acc = analysis.difference(frame, DYBW, "final_test_accuracy")
         loss = analysis.difference(frame, DYBW, "final_train_loss")
         time_saved = analysis.reduction(frame, DYBW, "time_to_target")
@@ -263,8 +336,9 @@ def claim_c5(ctx: Context) -> Claim:
         }
         parts.append(f"{name} {fmt_pm(acc, 2, 100)} points, time to target {_pct(time_saved, 0)} shorter")
         faster = time_saved[2] > 0 and time_saved[0] > 0
-        strict.append(acc[2] > 0 and abs(acc[0]) <= 0.01 and faster)
-        loose.append(acc[2] > 0 and abs(acc[0]) <= 0.03)
+        if _judged(name):
+            strict.append(acc[2] > 0 and abs(acc[0]) <= 0.01 and faster)
+            loose.append(acc[2] > 0 and abs(acc[0]) <= 0.03)
         for label in style_order(frame):
             a = analysis.values(frame, "final_test_accuracy", label=label)
             loss_stats = analysis.values(frame, "final_train_loss", label=label)
@@ -280,7 +354,9 @@ def claim_c5(ctx: Context) -> Claim:
             )
     verdict = _verdict(strict, loose, not getattr(ctx, "missing", []))
     why = (
-        f"Final test accuracy of cb-DyBW minus cb-Full (paired): {'; '.join(parts)}. "
+        f"Final test accuracy of cb-DyBW minus cb-Full (paired over graphs and seeds): {'; '.join(parts)}. "
+        "The verdict is decided on the i.i.d. tasks; time is the virtual clock's, lock-step with the instant "
+        "agreement (C2 says what a paid agreement changes). "
         + _said(
             ctx,
             {
@@ -427,8 +503,17 @@ def claim_c1(ctx: Context) -> Claim:
     return Claim("C1", ["speedup"], number, verdict, why, ["speedup"], table, values)
 
 
+def _noniid_frame(ctx: Context) -> pd.DataFrame:
+    """The runs of the ``noniid`` figure: its own (label shards) and the i.i.d. ones it takes from
+    ``convergence_mnist``, on the same graphs and seeds."""
+    frame = ctx.summaries([j for j in ctx.jobs if j.spec in ("noniid", "convergence_mnist")])
+    if frame.empty:
+        return frame
+    return frame[frame["algo"].isin(["cb_full", "cb_dybw", "isolated"])].drop_duplicates("job")
+
+
 def claim_c6(ctx: Context) -> Claim:
-    frame = _summaries(ctx, "noniid")
+    frame = _noniid_frame(ctx)
     values, checks, parts = {}, [], []
     table = [
         "| split | reduction of T vs cb-Full | iterations to target, DyBW/Full | accuracy vs cb-Full | final "
@@ -477,6 +562,91 @@ def claim_c6(ctx: Context) -> Claim:
 CLAIMS = [claim_c1, claim_c2, claim_c3, claim_c4, claim_c5, claim_c6]
 
 
+# --- beyond the claims -----------------------------------------------------------------------------------
+
+
+def section_floor(ctx: Context) -> list[str]:
+    """Does the task need consensus?  Isolated workers (W = I) against cb-Full and cb-DyBW, per task."""
+    rows = ["| task | algorithm | final test accuracy | runs reaching the target | iterations to target |",
+            "|---|---|---|---|---|"]  # fmt: skip
+    notes = []
+    for name, frame in _per_dataset(ctx, with_shards=True):
+        if "isolated" not in set(frame["algo"]):
+            continue
+        target = frame["target_accuracy"].iloc[0]
+        for label in style_order(frame[frame["algo"].isin(["cb_full", "cb_dybw", "isolated"])]):
+            acc = analysis.values(frame, "final_test_accuracy", label=label)
+            reached, total = analysis.reached(frame, label=label)
+            its = analysis.values(frame, "iterations_to_target", label=label)
+            rows.append(
+                f"| {name} (target {target:g}) | {label} | {fmt_pm(acc, 4)} | {reached}/{total} | {fmt_pm(its, 0)} |"
+            )
+        iso = analysis.values(frame, "final_test_accuracy", algo="isolated")
+        full = analysis.values(frame, "final_test_accuracy", label=analysis.REFERENCE)
+        reached, total = analysis.reached(frame, algo="isolated")
+        gap = 100 * (full[0] - iso[0]) if iso[2] and full[2] else math.nan
+        notes.append(f"{name}: isolated workers end {gap:.1f} points below cb-Full and reach the target in "
+                     f"{reached}/{total} runs")  # fmt: skip
+    if len(rows) == 2:
+        return []
+    return [
+        "## Does the task need consensus?",
+        "",
+        "Workers that never communicate (`algo=isolated`, W = I: the same local steps, delays and minibatches) "
+        "are the floor. A claim of 'same accuracy as cb-Full' says little where they already reach it. "
+        + "; ".join(notes)
+        + ".",
+        "",
+        *rows,
+        "",
+        "Figures: [convergence_mnist.png](convergence_mnist.png), [convergence_cifar10.png](convergence_cifar10.png), "
+        "[noniid.png](noniid.png).",
+    ]
+
+
+def section_min_neighbors(ctx: Context) -> list[str]:
+    """cb-DyBW's m: iteration duration, neighbours used and time to target, m = 1..4."""
+    from .costs import min_neighbors_frame
+
+    clock, train = min_neighbors_frame(ctx)
+    if clock.empty:
+        return []
+    rows = ["| m | mean iteration duration | neighbours used, mean \\|S_j\\| | time to target | runs reaching it |",
+            "|---|---|---|---|---|"]  # fmt: skip
+    full_t = analysis.values(clock, "mean_iteration_duration", algo="cb_full")
+    full_u = analysis.values(clock, "mean_used", algo="cb_full")
+    full_tt = analysis.values(train, "time_to_target", algo="cb_full") if not train.empty else (math.nan, math.nan, 0)
+    best = None
+    for m in sorted(clock["m"].dropna().unique()):
+        t = analysis.values(clock, "mean_iteration_duration", m=m)
+        used = analysis.values(clock, "mean_used", m=m)
+        tt = analysis.values(train, "time_to_target", m=m) if not train.empty else (math.nan, math.nan, 0)
+        reached, total = analysis.reached(train, m=m) if not train.empty else (0, 0)
+        duration, to_target = fmt_pm(t, 1, 1000, " ms"), fmt_pm(tt, 1, 1, " s")
+        rows.append(f"| {int(m)} | {duration} | {fmt_pm(used, 2)} | {to_target} | {reached}/{total} |")
+        if tt[2] and (best is None or tt[0] < best[1]):
+            best = (int(m), tt[0])
+    rows.append(f"| cb-Full | {fmt_pm(full_t, 1, 1000, ' ms')} | {fmt_pm(full_u, 2)} | {fmt_pm(full_tt, 1, 1, ' s')} | "
+                f"{analysis.reached(train, algo='cb_full')[0] if not train.empty else 0}/"
+                f"{analysis.reached(train, algo='cb_full')[1] if not train.empty else 0} |")  # fmt: skip
+    finding = f" The shortest time to target is at m = {best[0]}." if best else ""
+    return [
+        "## Beyond the paper: cb-DyBW's m",
+        "",
+        "A worker may stop once it has its own update and m neighbours' (lock-step: once every worker could). "
+        "A larger m waits longer per iteration and averages more neighbours; the paper's reading is m = 1. "
+        f"Durations and neighbours used from the virtual clock, time to target from training runs on the first "
+        f"graph.{finding}",
+        "",
+        *rows,
+        "",
+        "Figures: [min_neighbors.png](min_neighbors.png).",
+    ]
+
+
+SECTIONS = [section_floor, section_min_neighbors]
+
+
 # --- the file --------------------------------------------------------------------------------------------
 
 
@@ -518,6 +688,10 @@ def build(ctx: Context, specs: dict[str, Spec], quick: bool, base_command: str) 
         if commands and not quick:
             lines += ["", "or, job by job, the same result directories with `run.py`:", "", "```"]
             lines += commands + ["```"]
+    for section in SECTIONS:
+        extra = section(ctx)
+        if extra:
+            lines += ["", *extra]
     lines += ["", "## Runs used", "", "| spec | jobs | completed | results |", "|---|---|---|---|"]
     for name in specs:
         own = [j for j in ctx.jobs if j.spec == name]

@@ -184,11 +184,18 @@ def describe_training(plain: dict, step: bool = True) -> str:
 
 
 def describe_clock(plain: dict, topology: dict | None = None) -> str:
-    s = plain["straggler"]
+    s, protocol = plain["straggler"], plain["protocol"]
+    if protocol["sync"] == "free":
+        ending = "no barrier (free)"
+    elif protocol["agreement"] == "instant":
+        ending = "lock-step with an instant agreement"
+    else:
+        ending = f"lock-step agreed by {protocol['agreement']} (control messages {describe_delay(s['control'])})"
+    scale = f", all delays x{s['time_scale']:g}" if s.get("time_scale", 1) != 1 else ""
     return (
         f"N={plain['num_workers']} workers on an {describe_graph(plain, topology)}; delays '{s['name']}': "
-        f"compute {describe_delay(s['compute'])}, links {describe_delay(s['link'])}; "
-        f"{plain['protocol']['sync']}, {plain['algo']['update'].upper()}"
+        f"compute {describe_delay(s['compute'])}, links {describe_delay(s['link'])}{scale}; "
+        f"{ending}, {plain['algo']['update'].upper()}"
     )
 
 

@@ -1,0 +1,381 @@
+"""Figures of what the protocol's choices cost: how an iteration's end is agreed on, and cb-DyBW's ``m``.
+
+- ``durations``: mean iteration duration per algorithm under every way of ending a lock-step iteration
+  (the agreements) and without a barrier, over graphs and seeds (claim C2);
+- ``agreement``: cb-DyBW's cut against the delay of one control message;
+- ``min_neighbors``: iteration duration, neighbours used and time to target against ``m``.
+
+All three read the virtual clock's results (clock-only jobs: the clock does not depend on the data);
+``min_neighbors`` adds training runs for the time to target.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from matplotlib.lines import Line2D
+
+from . import analysis, load, style
+from .analysis import BARRIER_FREE, DYBW, PAPER_SETTING, REFERENCE
+from .plots import Context, Drawn, _no_data, _no_runs, _setup, _source
+
+SETTING_ORDER = ["lock-step, instant", "lock-step, allreduce", "lock-step, flood", "free"]
+SETTING_NAMES = {
+    "lock-step, instant": "lock-step,\ninstant agreement",
+    "lock-step, allreduce": "lock-step,\nall-reduce",
+    "lock-step, flood": "lock-step,\nflooded",
+    "free": "no barrier\n(free)",
+}
+
+
+def settings_in(frame: pd.DataFrame) -> list[str]:
+    present = list(dict.fromkeys(frame["setting"]))
+    return [s for s in SETTING_ORDER if s in present] + [s for s in present if s not in SETTING_ORDER]
+
+
+def _spread_text(frame: pd.DataFrame) -> str:
+    graphs, seeds = sorted(frame["graph"].unique()), sorted(frame["seed"].unique())
+    plural = "s" if len(graphs) > 1 else ""
+    return f"{len(graphs)} graph{plural} (topology.seed {', '.join(map(str, graphs))}) x {style.seeds_text(seeds)}"
+
+
+# ------------------------------------------------------------------------------------------------------
+def durations(ctx: Context) -> Drawn:
+    name, title = ctx.spec.name, ctx.spec.title
+    jobs = ctx.completed_jobs(ctx.select(spec=ctx.spec.name, kind="clock"))
+    frame = ctx.summaries(jobs)
+    fig, axes = style.figure(2, 1, width=6.2, height=3.8)
+    if frame.empty:
+        return _no_runs(ctx, fig, axes, name, title, source="clock")
+    labels = style.ordered(frame["label"])
+    colors = style.palette(labels)
+    settings = settings_in(frame)
+    ax = axes[0, 0]
+    width = 0.8 / len(labels)
+    for s, setting in enumerate(settings):
+        rows = frame[frame["setting"] == setting]
+        present = [label for label in labels if (rows["label"] == label).any()]
+        for i, label in enumerate(labels):
+            if label not in present:
+                continue
+            stats = analysis.values(rows, "mean_iteration_duration", label=label)
+            x = s + (i - (len(labels) - 1) / 2) * width
+            top = 1000 * (stats[0] + (stats[1] if stats[2] > 1 else 0))
+            ax.bar(
+                x,
+                1000 * stats[0],
+                width * 0.92,
+                color=colors[label],
+                yerr=1000 * stats[1] if stats[2] > 1 else None,
+                capsize=2,
+                error_kw={"lw": 0.8},
+            )
+            if label != REFERENCE:
+                red = analysis.reduction(rows, label)
+                if red[2]:
+                    ax.text(x, top + 2, f"-{100 * red[0]:.0f}%", ha="center", va="bottom", fontsize=7, rotation=90)
+    ax.set_xticks(range(len(settings)), [SETTING_NAMES.get(s, s) for s in settings])
+    ax.set_ylabel("mean iteration duration E(K-1)/K (ms)")
+    ax.set_title("duration and cut vs cb-Full of the same setting")
+    ax.margins(y=0.12)
+    # (b) T(k) in the paper's setting, pooled over the first graph's seeds
+    ax = axes[0, 1]
+    samples = []
+    for job in jobs:
+        if load.setting_of(job.plain) != PAPER_SETTING or job.plain["topology"].get("seed", 0) != frame["graph"].min():
+            continue
+        timeline = load.timeline(job, ctx.results)
+        if timeline is not None:
+            samples.append(pd.DataFrame({"label": load.algo_label(job.plain), "T": 1000 * load.durations(timeline)}))
+    if samples:
+        import seaborn as sns
+
+        data = pd.concat(samples, ignore_index=True)
+        sns.histplot(
+            data=data,
+            x="T",
+            hue="label",
+            hue_order=labels,
+            palette=colors,
+            element="step",
+            fill=False,
+            stat="density",
+            common_norm=False,
+            log_scale=True,
+            bins=60,
+            ax=ax,
+            legend=False,
+            lw=1.4,
+        )
+        for label in labels:
+            ax.axvline(data[data["label"] == label]["T"].median(), color=colors[label], ls=":", lw=1)
+        style.plain_log_ticks(ax, "x")
+    else:
+        _no_data(ax)
+    ax.set_xlabel("iteration duration T(k) = E(k) - E(k-1) (ms, log scale)")
+    ax.set_ylabel("density")
+    ax.set_title("distribution of T(k), the paper's setting")
+    style.panel_letters(axes)
+    style.top_legend(fig, [Line2D([], [], color=colors[label], lw=6) for label in labels], labels)
+    plain, topology = _setup(ctx, jobs)
+    free_cut = analysis.cut_against(frame, DYBW, PAPER_SETTING, BARRIER_FREE)
+    control = style.describe_delay(plain["straggler"]["control"])
+    caption = (
+        f"Virtual clock only ({plain['iterations']} iterations per job, no training: the clock does not depend on "
+        f"the model or the data, so it is shown once for both datasets), mean over {_spread_text(frame)}, error "
+        f"bars +-1 std over both. (a) Mean iteration duration; the label on each bar is the paired cut "
+        f"1 - T_alg/T_cb-Full against cb-Full of the same setting (same graph and seed = same delays). "
+        f"Lock-step needs the workers to agree that an iteration is over (and cb-DyBW that every worker is "
+        f"eligible): 'instant' is the paper's idealisation, 'all-reduce' and 'flooded' pay one control message "
+        f"delay ({control}) per message of a recursive doubling or of a flood over the graph. 'No barrier': each "
+        f"worker starts its next iteration when it finishes, as D-PSGD implementations run; cb-DyBW then uses its "
+        f"local rule. Against that barrier-free cb-Full, lock-step cb-DyBW with the instant agreement is "
+        f"{analysis.fmt_pm(free_cut, 1, 100, ' %')} shorter. (b) Histogram of the per-iteration durations, paper's "
+        f"setting, first graph, pooled over seeds; dotted: medians. Setup: {style.describe_clock(plain, topology)}. "
+        f"Source: {_source(ctx, jobs)}."
+    )
+    return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption), "clock")
+
+
+# ------------------------------------------------------------------------------------------------------
+def agreement_frame(ctx: Context, jobs) -> pd.DataFrame:
+    """Per agreement and control delay: cb-DyBW's paired cut against cb-Full of the same agreement, and
+    against the barrier-free cb-Full (columns ``agreement``, ``control_delay``, ``versus``, ``cut``)."""
+    frame = ctx.summaries(jobs)
+    if frame.empty:
+        return frame
+    rows = []
+    lock = frame[frame["sync"] == "lockstep"]
+    free = frame[(frame["setting"] == BARRIER_FREE) & (frame["label"] == REFERENCE)]
+    for (agreement, delay), group in lock.groupby(["agreement", "control_delay"]):
+        dybw = group[group["label"] == DYBW][["seed", "mean_iteration_duration"]]
+        for versus, ref in (("same agreement", group[group["label"] == REFERENCE]), ("no barrier", free)):
+            both = dybw.merge(ref[["seed", "mean_iteration_duration"]], on="seed", suffixes=("", "_ref"))
+            for _, row in both.iterrows():
+                rows.append(
+                    {
+                        "agreement": agreement,
+                        "control_delay": delay,
+                        "versus": versus,
+                        "seed": row["seed"],
+                        "cut": 1 - row["mean_iteration_duration"] / row["mean_iteration_duration_ref"],
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def break_even(cuts: pd.DataFrame, agreement: str, versus: str, level: float = 0.65) -> float:
+    """The control delay (s) at which the mean cut falls below ``level`` (nan: never; -inf: from the start)."""
+    rows = cuts[(cuts["agreement"] == agreement) & (cuts["versus"] == versus)]
+    means = rows.groupby("control_delay")["cut"].mean().sort_index()
+    return analysis.crossing_below(means.index, means.to_numpy(), level) if len(means) else math.nan
+
+
+def describe_break_even(value: float) -> str:
+    if math.isnan(value):
+        return "never falls below 65 % in the range swept"
+    if value == -math.inf:
+        return "is below 65 % even with free control messages"
+    return f"falls below 65 % at a control delay of {1000 * value:.1f} ms"
+
+
+AGREEMENT_STYLE = {
+    ("allreduce", "same agreement"): ("#0173B2", "-"),
+    ("flood", "same agreement"): ("#D55E00", "-"),
+    ("allreduce", "no barrier"): ("#0173B2", "--"),
+    ("flood", "no barrier"): ("#D55E00", "--"),
+}  # fmt: skip
+
+
+def agreement(ctx: Context) -> Drawn:
+    name, title = ctx.spec.name, ctx.spec.title
+    jobs = ctx.completed_jobs(ctx.select(spec=ctx.spec.name, kind="clock"))
+    frame = ctx.summaries(jobs)
+    fig, axes = style.figure(2, 1, width=5.4, height=3.8)
+    if frame.empty:
+        return _no_runs(ctx, fig, axes, name, title, source="clock")
+    cuts = agreement_frame(ctx, jobs)
+    ax = axes[0, 0]
+    handles = []
+    for (agreement_name, versus), (color, dash) in AGREEMENT_STYLE.items():
+        rows = cuts[(cuts["agreement"] == agreement_name) & (cuts["versus"] == versus)]
+        if rows.empty:
+            continue
+        stats = rows.groupby("control_delay")["cut"].agg(["mean", "std"]).reset_index()
+        line = ax.errorbar(
+            1000 * stats["control_delay"],
+            100 * stats["mean"],
+            yerr=100 * stats["std"].fillna(0),
+            color=color,
+            ls=dash,
+            marker="o",
+            ms=4,
+            lw=1.6,
+            capsize=2,
+        )
+        crossing = break_even(cuts, agreement_name, versus)
+        if np.isfinite(crossing):
+            ax.plot(1000 * crossing, 65, marker="x", color=color, ms=8, mew=2)
+        what = "vs cb-Full, same agreement" if versus == "same agreement" else "vs barrier-free cb-Full"
+        handles.append((line, f"{agreement_name}, {what}"))
+    ax.axhspan(65, 70, color="0.5", alpha=0.2, lw=0)
+    ax.text(
+        0.99,
+        67.5,
+        "paper: 65-70 %",
+        ha="right",
+        va="center",
+        fontsize=8,
+        color="0.25",
+        transform=ax.get_yaxis_transform(),
+    )
+    plain, topology = _setup(ctx, jobs)
+    link_mean = load.delay_mean(plain, "link")
+    preset = 1000 * _preset_control(ctx)
+    for a in axes.flat:
+        if np.isfinite(preset):
+            a.axvline(preset, color="0.3", ls=":", lw=1)
+        a.axvline(1000 * link_mean, color="0.3", ls="--", lw=0.8)
+    ax.set_xlabel("mean control-message delay (ms)")
+    ax.set_ylabel("cb-DyBW's cut of the mean\niteration duration (%)")
+    ax.set_title("the cut as control messages slow down")
+    ax = axes[0, 1]
+    lock = frame[frame["sync"] == "lockstep"]
+    for agreement_name in sorted(lock["agreement"].unique()):
+        color = AGREEMENT_STYLE.get((agreement_name, "same agreement"), ("0.3", "-"))[0]
+        for label, dash in ((REFERENCE, "--"), (DYBW, "-")):
+            rows = lock[(lock["agreement"] == agreement_name) & (lock["label"] == label)]
+            stats = rows.groupby("control_delay")["mean_iteration_duration"].agg(["mean", "std"]).reset_index()
+            ax.errorbar(
+                1000 * stats["control_delay"],
+                1000 * stats["mean"],
+                yerr=1000 * stats["std"].fillna(0),
+                color=color,
+                ls=dash,
+                marker="o",
+                ms=3,
+                lw=1.3,
+                capsize=2,
+                label=f"{label}, {agreement_name}",
+            )
+    free = frame[(frame["setting"] == BARRIER_FREE) & (frame["label"] == REFERENCE)]["mean_iteration_duration"]
+    if len(free):
+        ax.axhline(1000 * free.mean(), color="0.2", ls=(0, (1, 1)), lw=1.4, label="cb-Full, no barrier")
+    ax.legend(fontsize=7, loc="lower right", ncol=2)
+    ax.set_xlabel("mean control-message delay (ms)")
+    ax.set_ylabel("mean iteration duration (ms)")
+    ax.set_title("iteration durations")
+    ax.set_ylim(bottom=0)
+    style.panel_letters(axes)
+    style.top_legend(fig, [h for h, _ in handles], [t for _, t in handles], ncol=2)
+    lines = "; ".join(
+        f"{agreement_name} vs {'the same agreement' if versus == 'same agreement' else 'barrier-free cb-Full'}: "
+        f"{describe_break_even(break_even(cuts, agreement_name, versus))}"
+        for agreement_name, versus in AGREEMENT_STYLE
+        if not cuts[(cuts["agreement"] == agreement_name) & (cuts["versus"] == versus)].empty
+    )
+    caption = (
+        f"Virtual clock only ({plain['iterations']} iterations per job), mean +- std over "
+        f"{style.seeds_text(frame['seed'].unique())}. Every lock-step agreement (the end of each iteration for "
+        f"every policy, and theta for cb-DyBW) is paid with control messages of delay c + Exp(c/4) -- a recursive "
+        f"doubling between the workers (all-reduce) or a flood over the graph -- for c from 0 (the instant "
+        f"agreement) to the data links' mean ({1000 * link_mean:.0f} ms, dashed). Dotted: the 'paper' preset's "
+        f"control delay ({preset:.1f} ms). (a) cb-DyBW's paired cut against cb-Full under the same agreement "
+        f"(solid) and against cb-Full without a barrier (dashed); x: where the mean cut falls below 65 %: "
+        f"{lines}. (b) Mean iteration durations. Setup: {style.describe_clock(plain, topology)}. "
+        f"Source: {_source(ctx, jobs)}."
+    )
+    return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption), "clock")
+
+
+def _preset_control(ctx: Context) -> float:
+    """The 'paper' preset's mean control delay (s), as composed; nan when it cannot be read."""
+    from ..cli import compose_job
+
+    try:
+        return load.delay_mean(compose_job(ctx.conf_dir, ["straggler=paper"]), "control")
+    except Exception:  # noqa: BLE001 - a caption detail
+        return math.nan
+
+
+# ------------------------------------------------------------------------------------------------------
+def min_neighbors_frame(ctx: Context) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(clock summaries with an ``m`` column: 0 for cb-Full, training summaries of the first graph with ``m``)."""
+    clock = ctx.summaries(ctx.completed_jobs(ctx.select(spec="min_neighbors", kind="clock")))
+    train = ctx.summaries(ctx.completed_jobs(ctx.select(kind="train")))
+    for frame in (clock, train):
+        if not frame.empty:
+            frame["m"] = np.where(frame["algo"] == "cb_dybw", frame["min_neighbors"], np.nan)
+    if not train.empty:
+        first_graph = train["graph"].min()
+        train = train[
+            (train["graph"] == first_graph) & (train["split"] == "iid") & train["algo"].isin(["cb_dybw", "cb_full"])
+        ]
+        train = train[train["dataset"] == train["dataset"].iloc[0]] if not train.empty else train
+    return clock, train
+
+
+def min_neighbors(ctx: Context) -> Drawn:
+    name, title = ctx.spec.name, ctx.spec.title
+    clock, train = min_neighbors_frame(ctx)
+    fig, axes = style.figure(3, 1, width=4.4, height=3.6)
+    if clock.empty and train.empty:
+        return _no_runs(ctx, fig, axes, name, title, source="clock + training")
+    colors = style.palette([REFERENCE, DYBW])
+    panels = [
+        ("mean_iteration_duration", "mean iteration duration (ms)", 1000, clock),
+        ("mean_used", "neighbours used per worker, mean |S_j|", 1, clock),
+        ("time_to_target", "virtual time to target (s)", 1, train),
+    ]  # fmt: skip
+    for col, (value, ylabel, scale, frame) in enumerate(panels):
+        ax = axes[0, col]
+        dybw = frame[frame["algo"] == "cb_dybw"] if not frame.empty else frame
+        if dybw.empty:
+            _no_data(ax)
+            continue
+        stats = dybw.groupby("m")[value].agg(["mean", "std", "count"]).reset_index()
+        ax.errorbar(
+            stats["m"],
+            scale * stats["mean"],
+            yerr=scale * stats["std"].fillna(0),
+            color=colors[DYBW],
+            marker="o",
+            ms=5,
+            lw=1.8,
+            capsize=2,
+        )
+        full = frame[frame["algo"] == "cb_full"][value]
+        if len(full):
+            ax.axhline(scale * full.mean(), color=colors[REFERENCE], ls="--", lw=1.4)
+        if value == "time_to_target":
+            for _, row in stats.iterrows():
+                reached = int(dybw[dybw["m"] == row["m"]][value].notna().sum())
+                total = int((dybw["m"] == row["m"]).sum())
+                ax.text(row["m"], scale * row["mean"], f" {reached}/{total}", fontsize=7.5, va="bottom")
+        ax.set_xticks(sorted(stats["m"].astype(int)))
+        ax.set_xlabel("m: neighbours needed before a worker may stop")
+        ax.set_ylabel(ylabel)
+        ax.set_ylim(bottom=0)
+    axes[0, 0].set_title("iteration duration vs m (clock)")
+    axes[0, 1].set_title("neighbours used vs m (clock)")
+    axes[0, 2].set_title("time to target vs m (training)")
+    style.panel_letters(axes)
+    handles = [Line2D([], [], color=colors[DYBW], marker="o", lw=1.8), Line2D([], [], color=colors[REFERENCE], ls="--")]
+    style.top_legend(fig, handles, ["cb-DyBW(m)", "cb-Full"])
+    jobs = ctx.completed_jobs(ctx.select(spec="min_neighbors"))
+    plain, topology = _setup(ctx, jobs or ctx.jobs)
+    target = train["target_accuracy"].iloc[0] if not train.empty and "target_accuracy" in train else math.nan
+    caption = (
+        f"cb-DyBW lets a worker stop once it has its own update and m neighbours' (lock-step: once every worker "
+        f"could); m = 1 is the reading used everywhere else. (a, b) Virtual clock only, mean +- std over "
+        f"{style.seeds_text(clock['seed'].unique()) if not clock.empty else 'no seeds'}; dashed: cb-Full. A larger m "
+        f"waits longer and averages more neighbours. (c) Virtual time until the average model's test accuracy "
+        f"reaches {target:g} in training runs on the first graph (labels: runs that reached it). "
+        f"Setup: {style.describe_clock(plain, topology)}. Source: {_source(ctx, jobs)}."
+    )
+    return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption), "clock + training")
+
+
+FIGURES = {"durations": durations, "agreement": agreement, "min_neighbors": min_neighbors}
