@@ -50,7 +50,8 @@ import numpy as np
 import pytest
 
 from dybw.agreement import AGREEMENTS, AllReduce, Flood
-from dybw.algorithms import CbDyBW, CbFull, CbStatic, Isolated
+from dybw.algorithms import CbAdaptive, CbDyBW, CbFull, CbStatic, CbTimeout, Isolated
+from dybw.algorithms.cb_adaptive import choose_waits
 from dybw.clock import VirtualClock
 from dybw.errors import ConfigError
 
@@ -135,12 +136,15 @@ def policy_variants(rng: np.random.Generator, degrees: np.ndarray):
     ms = {1, 2, high, high + 1, int(rng.integers(1, high + 1))}
     variants += [("cb_dybw", m) for m in sorted(ms)]
     variants.append(("isolated", None))
+    # a deadline of 0 (messages already in), one of the delays' own scale, and none (cb_full's bits)
+    variants += [("cb_timeout", t) for t in (0.0, float(10.0 ** rng.uniform(-4, 2)), np.inf)]
+    variants.append(("cb_adaptive", (int(rng.integers(1, 6)), float(rng.uniform(0, 0.95)))))
     return variants
 
 
 def expected_waits(kind: str, parameter, degrees: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(wanted, q)``: what the rule asks each worker to wait for, and that clamped to ``1..d_j``."""
-    if kind == "cb_full":
+    if kind in ("cb_full", "cb_timeout", "cb_adaptive"):  # cb_adaptive: its first iteration; later it decides
         wanted = degrees.copy()
     elif kind == "isolated":
         return np.zeros_like(degrees), np.zeros_like(degrees)
@@ -158,7 +162,45 @@ def make(kind: str, parameter, degrees: np.ndarray):
         return Isolated(degrees)
     if kind == "cb_static":
         return CbStatic(degrees, parameter)
+    if kind == "cb_timeout":
+        return CbTimeout(degrees, parameter)
+    if kind == "cb_adaptive":
+        return CbAdaptive(degrees, *parameter)
     return CbDyBW(degrees, parameter)
+
+
+class AdaptiveOracle:
+    """cb_adaptive's bookkeeping, written again from its docstring: per worker, the start, ``ready - start``,
+    ``finish - stop`` and the neighbours' arrival times of its last ``window`` iterations; a message not
+    seen by the decision counts as arriving at it.  The argmax itself is ``choose_waits``."""
+
+    def __init__(self, n, links, window: int, noise: float):
+        self.n, self.window, self.noise = n, window, noise
+        self.neighbours = [[int(i) for i, j in links if int(j) == w] for w in range(n)]
+        self.degrees = np.array([len(nb) for nb in self.neighbours])
+        self.rows = [[] for _ in range(n)]  # per worker: (start, waited, tail) of each iteration it finished
+        self.heard_at = {}  # (worker, iteration) -> {sender: when its message arrived}
+
+    def start(self, j: int, k: int, now: float) -> int:
+        first = max(0, k - self.window)
+        rows = self.rows[j][first:k]
+        if not rows:
+            return int(self.degrees[j])
+        width = max(int(self.degrees.max()), 1)
+        offsets = np.full((len(rows), 1, width), np.inf)
+        for w, (start, _, _) in enumerate(rows):
+            heard = self.heard_at.get((j, first + w), {})
+            for s, sender in enumerate(sorted(self.neighbours[j])):
+                offsets[w, 0, s] = min(heard.get(sender, np.inf), now) - start
+        waited = np.array([[row[1]] for row in rows])
+        tail = np.array([[row[2]] for row in rows])
+        return int(choose_waits(waited, tail, offsets, self.degrees[[j]], self.noise)[0])
+
+    def finish(self, j: int, start: float, ready: float, stop: float, finish: float) -> None:
+        self.rows[j].append((start, ready - start, finish - stop))
+
+    def heard(self, j: int, k: int, sender: int, time: float) -> None:
+        self.heard_at.setdefault((j, k), {})[sender] = time
 
 
 def random_chunks(rng: np.random.Generator, iterations: int) -> list[int]:
@@ -176,7 +218,7 @@ def random_chunks(rng: np.random.Generator, iterations: int) -> list[int]:
 # The reference: a brute-force discrete-event simulation
 
 
-READY, ARRIVAL, FINISH = 0, 1, 2  # event kinds (only an ordering aid among equal (time, worker) keys)
+READY, ARRIVAL, FINISH, TIMEOUT = 0, 1, 2, 3  # event kinds (an ordering aid among equal (time, worker) keys)
 
 
 def agree_by_messages(name: str, n: int, links, entry: list[float], delay) -> list[float]:
@@ -220,7 +262,7 @@ def agree_by_messages(name: str, n: int, links, entry: list[float], delay) -> li
 
 
 def simulate_lockstep(n, links, compute, delays, q, atc: bool, threshold: bool, sends=True, agreement="instant",
-                      control=None):  # fmt: skip
+                      control=None, timeout=np.inf, adaptive=None):  # fmt: skip
     """Lock-step: iteration by iteration, in times relative to the iteration's reference start ``E(k-1)``.
 
     ``q[j]`` is how many neighbours' messages worker j needs (with its own ready) before its rule holds;
@@ -236,8 +278,12 @@ def simulate_lockstep(n, links, compute, delays, q, atc: bool, threshold: bool, 
     end = np.zeros(iterations)
     last_end, offset = 0.0, [0.0] * n
     for k in range(iterations):
+        if adaptive is not None:
+            q = [adaptive.start(j, k, last_end + offset[j]) for j in range(n)]
         ready = [(offset[j] + compute[k][j]) if atc else offset[j] for j in range(n)]
         events = [(ready[j], j, READY, j) for j in range(n)]
+        if timeout < np.inf:
+            events += [(ready[j] + timeout, j, TIMEOUT, j) for j in range(n)]
         if sends:
             for (i, j), d in zip(links, delays[k]):
                 events.append((ready[i] + d, int(i), ARRIVAL, int(j)))  # i's message reaches j
@@ -248,9 +294,9 @@ def simulate_lockstep(n, links, compute, delays, q, atc: bool, threshold: bool, 
         for time, sender, kind, j in events:
             if kind == READY:
                 is_ready[j] = True
-            else:
+            elif kind == ARRIVAL:
                 arrived[j].append((sender, time))
-            if rule_time[j] is None and is_ready[j] and len(arrived[j]) >= q[j]:
+            if rule_time[j] is None and is_ready[j] and (len(arrived[j]) >= q[j] or kind == TIMEOUT):
                 rule_time[j] = time
         assert all(r is not None for r in rule_time), "every worker's rule must hold once all messages are in"
         if threshold:
@@ -270,13 +316,17 @@ def simulate_lockstep(n, links, compute, delays, q, atc: bool, threshold: bool, 
             out["finish"][k, j] = last_end + finish[j]
             for sender, time in arrived[j]:
                 used[k, j, sender] = time <= stop[j]
+            if adaptive is not None:
+                adaptive.finish(j, *(out[name][k, j] for name in ("start", "ready", "stop", "finish")))
+                for sender, time in arrived[j]:
+                    adaptive.heard(j, k, sender, last_end + time)
         offset = [next_start[j] - duration for j in range(n)]
         last_end = last_end + duration
         end[k] = last_end
     return out["start"], out["ready"], out["stop"], out["finish"], used, end
 
 
-def simulate_free(n, links, compute, delays, q, atc: bool, sends=True):
+def simulate_free(n, links, compute, delays, q, atc: bool, sends=True, timeout=np.inf, adaptive=None):
     """No barrier: one event queue over all iterations, in absolute time.
 
     Worker j starts iteration k+1 when it finishes iteration k.  ATC: its message leaves at
@@ -296,10 +346,14 @@ def simulate_free(n, links, compute, delays, q, atc: bool, sends=True):
     stopped = [False] * n
     inbox = [dict() for _ in range(n)]  # inbox[j][k] = list of (sender, time)
 
+    q = list(q)
+
     def start(j, time):
         k = iteration[j]
         out["start"][k, j] = time
         is_ready[j], stopped[j] = False, False
+        if adaptive is not None:
+            q[j] = adaptive.start(j, k, time)
         if atc:
             heapq.heappush(queue, (time + compute[k][j], j, READY, j, k))
         else:
@@ -311,11 +365,13 @@ def simulate_free(n, links, compute, delays, q, atc: bool, sends=True):
         out["ready"][k, j] = ready_time
         for receiver, index in out_links[j] if sends else []:
             heapq.heappush(queue, (ready_time + delays[k][index], j, ARRIVAL, receiver, k))
+        if timeout < np.inf:
+            heapq.heappush(queue, (ready_time + timeout, j, TIMEOUT, j, k))
         check(j, ready_time)
 
-    def check(j, time):
+    def check(j, time, deadline=False):
         k = iteration[j]
-        if not stopped[j] and is_ready[j] and len(inbox[j].get(k, [])) >= q[j]:
+        if not stopped[j] and is_ready[j] and (len(inbox[j].get(k, [])) >= q[j] or deadline):
             stopped[j] = True
             out["stop"][k, j] = time
             if atc:
@@ -326,6 +382,8 @@ def simulate_free(n, links, compute, delays, q, atc: bool, sends=True):
     def finish(j, time):
         k = iteration[j]
         out["finish"][k, j] = time
+        if adaptive is not None:
+            adaptive.finish(j, *(out[name][k, j] for name in ("start", "ready", "stop", "finish")))
         iteration[j] += 1
         if iteration[j] < iterations:
             start(j, time)
@@ -338,7 +396,12 @@ def simulate_free(n, links, compute, delays, q, atc: bool, sends=True):
             begin(j, time)
         elif kind == FINISH:
             finish(j, time)
+        elif kind == TIMEOUT:
+            if k == iteration[j]:
+                check(j, time, deadline=True)
         else:  # an arrival of sender's iteration-k message at j
+            if adaptive is not None:  # early, in time or late: the receiver has seen it from now on
+                adaptive.heard(j, k, sender, time)
             if k > iteration[j] or (k == iteration[j] and not stopped[j]):
                 inbox[j].setdefault(k, []).append((sender, time))  # early: kept; current: counted
                 if k == iteration[j]:
@@ -452,8 +515,11 @@ def check_case(case_id, rng, n, adjacency, links, compute, delays, kind, paramet
     # used sets: neighbours only, at least q_j of them (all for cb_full), and in cb_dybw lock-step one stop
     assert not (used & ~adjacency[None]).any(), case_id
     counts = used.sum(axis=-1)
-    assert (counts >= q[None]).all(), (case_id, counts.tolist(), q.tolist())
-    if kind == "cb_full":
+    if kind == "cb_adaptive":  # it chooses p_j(k) in 1..d_j every iteration
+        assert (counts >= np.minimum(1, degrees)[None]).all(), case_id
+    elif kind != "cb_timeout":  # a deadline may leave a worker with anyone who arrived by then, even nobody
+        assert (counts >= q[None]).all(), (case_id, counts.tolist(), q.tolist())
+    if kind == "cb_full" or (kind == "cb_timeout" and parameter == np.inf):
         assert (counts == degrees[None]).all(), case_id
     if kind == "isolated":
         assert not used.any(), case_id
@@ -469,11 +535,17 @@ def check_case(case_id, rng, n, adjacency, links, compute, delays, kind, paramet
 
     # the core: equal to the brute-force event simulation, exactly (see the module docstring)
     sends = kind != "isolated"
+    timeout = parameter if kind == "cb_timeout" else np.inf
+
+    def oracle():
+        return AdaptiveOracle(n, links, *parameter) if kind == "cb_adaptive" else None
+
     if lockstep:
         phases = {phase: control.delay(phase) for phase in ("threshold", "end")} if control is not None else None
-        expected = simulate_lockstep(n, links, compute, delays, q, atc, kind == "cb_dybw", sends, agreement, phases)
+        expected = simulate_lockstep(n, links, compute, delays, q, atc, kind == "cb_dybw", sends, agreement, phases,
+                                     timeout, oracle())  # fmt: skip
     else:
-        expected = simulate_free(n, links, compute, delays, q, atc, sends)
+        expected = simulate_free(n, links, compute, delays, q, atc, sends, timeout, oracle())
     for name, value in zip(("start", "ready", "stop", "finish", "used", "end"), expected):
         equal(got[name], value, f"{case_id}: {name}")
 
@@ -527,7 +599,7 @@ def test_timing_core_equals_brute_force_event_simulation(sync, update):
 
     # the random cases covered what they are meant to cover
     assert stats["cases"] >= 1000, stats["cases"]
-    for kind in ("cb_full", "cb_static", "cb_dybw", "isolated"):
+    for kind in ("cb_full", "cb_static", "cb_dybw", "isolated", "cb_timeout", "cb_adaptive"):
         assert stats["exact", kind] > 0, kind
     for kind in ("cb_static", "cb_dybw"):
         assert stats["clamped", kind] > 0 and stats["rejected", kind] > 0, kind
@@ -541,7 +613,7 @@ def test_timing_core_equals_brute_force_event_simulation(sync, update):
 def sample_variants(rng, variants):
     """cb_full, isolated, and one random variant of each parametrised policy."""
     chosen = [v for v in variants if v[0] in ("cb_full", "isolated")]
-    for kind in ("cb_static", "cb_dybw"):
+    for kind in ("cb_static", "cb_dybw", "cb_timeout", "cb_adaptive"):
         options = [v for v in variants if v[0] == kind]
         chosen.append(options[int(rng.integers(len(options)))])
     return chosen

@@ -41,6 +41,7 @@ from .agreement import build_agreement
 SYNC_MODES = ("lockstep", "free")
 UPDATE_ORDERS = ("atc", "cta")
 PHASES = ("threshold", "end")  # the two global facts a lock-step iteration may need to agree on
+HISTORY = ("start", "waited", "tail", "arrivals")  # an adaptive policy's record of one iteration
 
 
 @dataclass
@@ -56,6 +57,7 @@ class TimingChunk:
     end: np.ndarray  # [T]: E(k)
     links: np.ndarray  # [L, 2] (sender, receiver) of each link
     next_offset: np.ndarray  # lock-step: start_j(k+1) - E(k), the offset each worker starts the next one at
+    history: list | None = None  # an adaptive policy's history before this chunk, then one entry per iteration
 
     @property
     def used_count(self) -> np.ndarray:
@@ -98,6 +100,7 @@ class VirtualClock:
         self.atc = update == "atc"
         self.agreement = build_agreement(agreement, num_workers, self.links)
         self.control = control
+        self.adaptive = getattr(policy, "adaptive", False)  # decides its waits per iteration from its history
         # incoming[j, s]: the s-th link into j (padded with L, a link that never arrives)
         degree = np.bincount(self.dst, minlength=num_workers)
         order = np.argsort(self.dst, kind="stable")
@@ -131,31 +134,50 @@ class VirtualClock:
     # -- state ---------------------------------------------------------------------------------------
     def state_after(self, chunk: TimingChunk, t: int) -> dict:
         """The clock's state once iteration ``chunk.first + t`` is done (to checkpoint mid-chunk)."""
-        return {
+        state = {
             "offset": chunk.next_offset[t].copy(),
             "next_start": chunk.finish[t].copy(),  # free: start_j(k+1) = finish_j(k)
             "last_end": float(chunk.end[t]),
             "iteration": chunk.first + t + 1,
         }
+        if chunk.history is not None:  # what an adaptive policy has seen by then: its last `window` iterations
+            before = len(chunk.history) - len(chunk)
+            kept = chunk.history[: before + t + 1][-self.policy.window :]
+            for i, name in enumerate(HISTORY):
+                state[f"history_{name}"] = np.stack([entry[i] for entry in kept])
+        return state
 
     def restore(self, state: dict) -> None:
         self.offset = np.array(state["offset"], dtype=np.float64)
         self.next_start = np.array(state["next_start"], dtype=np.float64)
         self.last_end = float(state["last_end"])
         self.iteration = int(state["iteration"])
+        if getattr(self.policy, "adaptive", False) and "history_start" in state:
+            columns = [np.asarray(state[f"history_{name}"]) for name in HISTORY]
+            self.policy.restore_history(list(zip(*columns)))
 
     # -- advancing -------------------------------------------------------------------------------------
     def advance(self, compute: np.ndarray, link_delays: np.ndarray) -> TimingChunk:
         """Times of the next ``T`` iterations given ``C`` ``[T, N]`` and ``D`` ``[T, L]``."""
         if not self.lockstep:
             return self._advance_free(compute, link_delays)
-        if not self._uses_agreement():
+        if not self._uses_agreement() and not self.adaptive:
             return self._advance_lockstep_instant(compute, link_delays)
         return self._advance_lockstep_agreed(compute, link_delays)
 
-    def _chunk(self, first, start, ready, stop, finish, used, end, next_offset) -> TimingChunk:
+    def _chunk(self, first, start, ready, stop, finish, used, end, next_offset, history=None) -> TimingChunk:
         self.iteration += len(end)
-        return TimingChunk(first, start, ready, stop, finish, used, end, self.links, next_offset)
+        return TimingChunk(first, start, ready, stop, finish, used, end, self.links, next_offset, history)
+
+    def _decide(self, now: np.ndarray) -> None:
+        """An adaptive policy's choice for the iteration that starts at ``now`` (absolute times)."""
+        if self.adaptive:
+            self.policy.decide(now, self.links, self.incoming)
+
+    def _observe(self, history, start, ready, stop, finish, arrivals) -> None:
+        if self.adaptive:
+            self.policy.observe(start, ready, stop, finish, arrivals)
+            history.append(self.policy.history[-1])
 
     def _advance_lockstep_instant(self, compute, link_delays) -> TimingChunk:
         """Every iteration starts at E(k-1) for all workers: all T at once, relative to their start."""
@@ -179,8 +201,10 @@ class VirtualClock:
         start, ready, stop, finish = (np.empty_like(compute) for _ in range(4))
         used = np.empty(link_delays.shape, dtype=bool)
         end, next_offset = np.empty(count), np.empty_like(compute)
+        history = list(self.policy.history) if self.adaptive else None
         for t in range(count):
             relative = self.offset.copy()
+            self._decide(self.last_end + relative)
             ready_t, arrivals, incoming = self._eligible(relative, compute[t], link_delays[t])
             eligible = self.policy.eligible(ready_t, incoming)
             # A threshold policy keeps every worker listening until it learns that all are eligible.
@@ -195,9 +219,10 @@ class VirtualClock:
             end[t] = self.last_end + duration
             for out, value in ((start, relative), (ready, ready_t), (stop, stop_t), (finish, finish_t)):
                 out[t] = self.last_end + value
+            self._observe(history, start[t], ready[t], stop[t], finish[t], self.last_end + arrivals)
             self.offset = next_offset[t] = next_start - duration
             self.last_end = float(end[t])
-        return self._chunk(first, start, ready, stop, finish, used, end, next_offset)
+        return self._chunk(first, start, ready, stop, finish, used, end, next_offset, history)
 
     def _phases(self) -> list[str]:
         phases = ["end"] if not (self.policy.threshold and self.atc) else []
@@ -208,12 +233,15 @@ class VirtualClock:
         first, count = self.iteration, len(compute)
         start, ready, stop, finish = (np.empty_like(compute) for _ in range(4))
         used = np.empty(link_delays.shape, dtype=bool)
+        history = list(self.policy.history) if self.adaptive else None
         for t in range(count):
             start[t] = self.next_start
+            self._decide(start[t])
             ready[t], arrivals, incoming = self._eligible(start[t], compute[t], link_delays[t])
             stop[t] = self.policy.stop(ready[t], incoming, False)
             finish[t], used[t] = self._finish(ready[t], stop[t], compute[t], arrivals)
+            self._observe(history, start[t], ready[t], stop[t], finish[t], arrivals)
             self.next_start = finish[t].copy()
         end = np.maximum.accumulate(np.maximum(finish.max(axis=-1), self.last_end))
         self.last_end = float(end[-1])
-        return self._chunk(first, start, ready, stop, finish, used, end, np.zeros_like(compute))
+        return self._chunk(first, start, ready, stop, finish, used, end, np.zeros_like(compute), history)

@@ -89,6 +89,18 @@ class Finite:
 
 
 @dataclass(frozen=True)
+class NonNegative:
+    """A number ``>= 0`` that may be infinite, not NaN: "must be a number >= 0 (seconds), or inf"."""
+
+    unit: str = ""
+
+    def check(self, where: str, value) -> None:
+        if math.isnan(value) or value < 0:
+            unit = f" ({self.unit})" if self.unit else ""
+            raise ConfigError(where, value, f"must be a number >= 0{unit}, or inf")
+
+
+@dataclass(frozen=True)
 class IsFinite:
     """Not NaN or infinite: "must be a finite number" (``what`` says more)."""
 
