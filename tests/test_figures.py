@@ -23,7 +23,7 @@ CLAIMS = ["C1", "C2", "C3", "C4", "C5", "C6"]
 VERDICTS = ("reproduced", "partly", "not")
 
 
-def _figures(*args: str, timeout: float = 400) -> subprocess.CompletedProcess:
+def _figures(*args: str, timeout: float = 1500) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "dybw.figures", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
     )

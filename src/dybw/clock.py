@@ -197,7 +197,10 @@ class VirtualClock:
         """One iteration at a time: when each worker learns a global fact carries into the next start."""
         first, count = self.iteration, len(compute)
         pairs = self.agreement.pairs
-        control = {phase: self.control(first, count, phase, pairs) for phase in self._phases()}
+        if self.control is not None:
+            control = {phase: self.control(first, count, phase, pairs) for phase in self._phases()}
+        else:  # instant (an adaptive policy's way here): no control message to draw
+            control = {phase: np.zeros((count, len(pairs))) for phase in self._phases()}
         start, ready, stop, finish = (np.empty_like(compute) for _ in range(4))
         used = np.empty(link_delays.shape, dtype=bool)
         end, next_offset = np.empty(count), np.empty_like(compute)

@@ -379,3 +379,122 @@ def min_neighbors(ctx: Context) -> Drawn:
 
 
 FIGURES = {"durations": durations, "agreement": agreement, "min_neighbors": min_neighbors}
+
+
+# ------------------------------------------------------------------------------------------------------
+def method_label(row) -> str:
+    """A baseline run's name in the comparison: its algorithm's label and how its iterations end."""
+    label = row["label"]
+    if row["algo"] in ("cb_full", "cb_dybw"):
+        return f"{label} ({'no barrier' if row['sync'] == 'free' else row['agreement']})"
+    return label
+
+
+def baselines_frame(ctx: Context) -> pd.DataFrame:
+    """Summaries of the ``baselines`` spec with ``method``, ``preset`` and the best-in-hindsight choices:
+    ``chosen`` is False for the static b and timeouts that are not their family's best (lowest mean time
+    to target per preset and split; a run that misses the target counts as missing it)."""
+    frame = ctx.summaries(ctx.completed_jobs(ctx.select(spec="baselines", kind="train")))
+    if frame.empty:
+        return frame
+    frame["method"] = [method_label(row) for _, row in frame.iterrows()]
+    frame["preset"] = [job.plain["straggler"]["name"] for job in _jobs_of(ctx, frame)]
+    frame["family"] = frame["algo"].where(frame["algo"].isin(["cb_static", "cb_timeout"]), frame["method"])
+    frame["chosen"] = True
+    for (preset, split, family), group in frame.groupby(["preset", "split", "family"]):
+        if family not in ("cb_static", "cb_timeout"):
+            continue
+        scores = group.groupby("method")["time_to_target"].agg(lambda t: t.mean() if t.notna().all() else np.inf)
+        best = scores.idxmin()
+        mask = (frame["preset"] == preset) & (frame["split"] == split) & (frame["family"] == family)
+        frame.loc[mask, "chosen"] = frame.loc[mask, "method"] == best
+    return frame
+
+
+def _jobs_of(ctx: Context, frame: pd.DataFrame):
+    by_dir = {str(j.relative_dir): j for j in ctx.jobs}
+    return [by_dir[job] for job in frame["job"]]
+
+
+BASELINE_ORDER = [
+    "cb-Full (no barrier)",
+    "cb-Full (flood)",
+    "cb-Static",
+    "cb-Timeout",
+    "cb-Adaptive",
+    "AD-PSGD",
+    "cb-DyBW (flood)",
+    "cb-DyBW (instant)",
+    "isolated (W = I)",
+]
+
+
+def _order(methods) -> list[str]:
+    def rank(method):
+        for i, prefix in enumerate(BASELINE_ORDER):
+            if method.startswith(prefix):
+                return i, method
+        return len(BASELINE_ORDER), method
+
+    return sorted(dict.fromkeys(methods), key=rank)
+
+
+def baselines(ctx: Context) -> Drawn:
+    name, title = ctx.spec.name, ctx.spec.title
+    frame = baselines_frame(ctx)
+    presets = list(dict.fromkeys(frame["preset"])) if not frame.empty else []
+    splits = list(dict.fromkeys(frame["split"])) if not frame.empty else []
+    columns = [(p, s) for p in presets for s in splits] or [("", "")]
+    fig, axes = style.figure(len(columns), 2, width=4.0, height=3.4)
+    if frame.empty:
+        return _no_runs(ctx, fig, axes, name, title)
+    shown = frame[frame["chosen"]]
+    methods = _order(shown["method"])
+    colors = {m: style.EXTRA[i % len(style.EXTRA)] for i, m in enumerate(methods)}
+    for m in methods:
+        rows = shown[shown["method"] == m]
+        color = style.color(rows["label"].iloc[0]) if rows["label"].iloc[0] in style.COLORS else None
+        colors[m] = color or colors[m]
+    for col, (preset, split) in enumerate(columns):
+        rows = shown[(shown["preset"] == preset) & (shown["split"] == split)]
+        for row_index, (value, ylabel, scale) in enumerate(
+            [("time_to_target", "virtual time to target (s)", 1), ("final_test_accuracy", "final test accuracy", 1)]
+        ):
+            ax = axes[row_index, col]
+            for i, method in enumerate(methods):
+                stats = analysis.values(rows, value, method=method)
+                reached, total = analysis.reached(rows, method=method)
+                height = scale * stats[0] if stats[2] else 0
+                ax.barh(i, height, color=colors[method], xerr=scale * stats[1] if stats[2] > 1 else None, capsize=2)
+                if value == "time_to_target":
+                    ax.text(height, i, f" {reached}/{total}", va="center", fontsize=7)
+            ax.set_yticks(range(len(methods)), methods if col == 0 else [""] * len(methods), fontsize=8)
+            ax.invert_yaxis()
+            ax.set_xlabel(ylabel)
+            if value == "final_test_accuracy":
+                finals = rows[value].dropna()
+                if len(finals):
+                    ax.set_xlim(max(0.0, finals.min() - 0.05), min(1.0, finals.max() + 0.01))
+            ax.set_title(f"{preset}, {split}" if row_index == 0 else "")
+    style.panel_letters(axes)
+    jobs = ctx.completed_jobs(ctx.select(spec="baselines"))
+    plain, topology = _setup(ctx, jobs)
+    picked = "; ".join(
+        f"{p}/{s}: " + ", ".join(sorted(set(frame[(frame['preset'] == p) & (frame['split'] == s) & frame['chosen']
+                                              & frame['algo'].isin(['cb_static', 'cb_timeout'])]['method'])))
+        for p in presets for s in splits
+    )  # fmt: skip
+    caption = (
+        f"Time to target (test accuracy {plain['target_accuracy']:g}; labels: runs that reached it) and final test "
+        f"accuracy, mean +- std over {style.seeds_text(frame['seed'].unique())}, every method on the same delays and "
+        f"minibatches per seed. Lock-step methods pay the same flooded agreement (control messages "
+        f"{style.describe_delay(plain['straggler']['control'])}); cb-DyBW (instant) is the paper's idealisation, "
+        f"cb-Full (no barrier) runs without one. cb-Static and cb-Timeout: the best b and deadline in hindsight "
+        f"(lowest mean time to target) among those run: {picked}. Presets: 'paper' (communication-dominated) and "
+        f"'compute_bound' (compute-dominated). Setup: {style.describe_training(plain)}. "
+        f"Source: {_source(ctx, jobs)}."
+    )
+    return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption))
+
+
+FIGURES["baselines"] = baselines
