@@ -18,7 +18,6 @@ import resource
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from common import REPO, environment
 
