@@ -177,6 +177,21 @@ def test_auto_without_credentials_runs_offline_beside_the_results(tmp_path):
     assert not _wandb_core_children()  # finish stopped W&B's service process
 
 
+@pytest.mark.parametrize("runner", [["runner=local"], ["runner=mpi", "runner.ranks=2"]], ids=["local", "mpi"])
+def test_one_log_line_says_where_the_offline_run_went_under_every_runner(tmp_path, runner):
+    """Under runner=mpi rank 0 runs in a world of its own: its log line reaches run.py's log all the same."""
+    args = [o for o in helpers.TINY if not o.startswith("runner=")] + runner + ["logger=wandb", "logger.mode=auto"]
+    done = helpers.run_cli(args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if "wandb sync" in line]
+    assert len(lines) == 1, lines
+    run_dir = tmp_path / lines[0].split("wandb sync ", 1)[1].strip()
+    (job_dir,) = (tmp_path / "results" / "adhoc").iterdir()
+    assert run_dir.parent == job_dir / "wandb" and run_dir.name.startswith("offline-run-")
+    assert len(list(run_dir.glob("run-*.wandb"))) == 1
+    assert lines[0].split("] - ", 1)[1] in (job_dir / "run.log").read_text()  # the job's own log has it too
+
+
 # --------------------------------------------------------------------------------------------------
 # W&B trouble never fails a run
 
