@@ -39,11 +39,16 @@ def resolve_ranks(cfg) -> int:
     """``runner.ranks`` (0 = min(N, cores)); the wall clock runs one worker per rank."""
     from ..tf_setup import usable_cores
 
-    if cfg.runner.clock == "wall":
-        return cfg.num_workers
-    if cfg.runner.ranks > 0:
-        return cfg.runner.ranks
-    return max(1, min(cfg.num_workers, usable_cores()))
+    return ranks_for(cfg.runner.clock, cfg.runner.ranks, cfg.num_workers, usable_cores())
+
+
+def ranks_for(clock: str, ranks: int, num_workers: int, cores: int) -> int:
+    """The ranks of a job given ``runner.clock``, ``runner.ranks`` (0 = auto), N and the cores it may use."""
+    if clock == "wall":
+        return num_workers
+    if ranks > 0:
+        return ranks
+    return max(1, min(num_workers, cores))
 
 
 def find_launcher(program: str) -> str | None:
