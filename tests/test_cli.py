@@ -53,6 +53,10 @@ BAD_INPUT = {
         ["-m", "seed=0,1", "hydra/launcher=submitit_slurm", "hydra.launcher.nodes=2", "runner.ranks=3"],
         ["runner.ranks=3", "hydra.launcher.nodes=2"],
     ),
+    "slurm without slurm": (
+        ["-m", "seed=0,1", "hydra/launcher=submitit_slurm", "runner.ranks=2"],
+        ["hydra/launcher=submitit_slurm", "sbatch and srun", "submitit_local"],
+    ),
     "unknown launcher key": (["-m", "seed=0,1", "hydra/launcher=joblib", "hydra.launcher.jobs=2"], ["jobs", "n_jobs"]),
 }
 

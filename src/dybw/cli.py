@@ -188,7 +188,7 @@ def prevalidate(argv: list[str], conf_dir: Path) -> list[str]:
     from hydra._internal.utils import get_args_parser
 
     from .config import load, validate
-    from .launchers import check_job, target_override
+    from .launchers import check_job, check_launcher, target_override
     from .registry import import_plugins
 
     args, _ = get_args_parser().parse_known_args(argv)
@@ -224,6 +224,11 @@ def prevalidate(argv: list[str], conf_dir: Path) -> list[str]:
                 check_job(launcher, plain)
         except DybwError as error:
             fail(prefix + str(error))
+    if multirun:
+        try:
+            check_launcher(launcher)
+        except DybwError as error:
+            fail(str(error))
     return target_override(launcher) if multirun else []
 
 

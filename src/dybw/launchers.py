@@ -28,7 +28,7 @@ import logging
 import os
 from dataclasses import dataclass
 
-from .errors import ConfigError
+from .errors import ConfigError, DybwError
 
 log = logging.getLogger("dybw.launchers")
 
@@ -46,6 +46,18 @@ def target_override(launcher: dict) -> list[str]:
     """The override that makes Hydra instantiate dybw's subclass of the chosen launcher ([] if none)."""
     ours = OURS.get(str(launcher.get("_target_", "")))
     return [f"hydra.launcher._target_={ours}"] if ours else []
+
+
+def check_launcher(launcher: dict) -> None:
+    """What the chosen launcher needs of this machine (one line before anything starts)."""
+    import shutil
+
+    target = OURS.get(str(launcher.get("_target_", "")), launcher.get("_target_"))
+    if target == SLURM and not (shutil.which("sbatch") and shutil.which("srun")):
+        raise DybwError(
+            "hydra/launcher=submitit_slurm needs Slurm's sbatch and srun on PATH (run.py on the cluster's "
+            "login node); hydra/launcher=submitit_local runs the same sweep here"
+        )
 
 
 def check_job(launcher: dict, job: dict) -> None:
