@@ -177,6 +177,27 @@ def test_each_slurm_job_has_its_ranks_as_tasks_and_its_threads_as_cpus(tmp_path)
     assert "#SBATCH --partition=cpu" in script and "\nsrun " in script
 
 
+def test_slurm_settings_a_job_cannot_meet_are_refused_before_anything_starts():
+    from dybw.errors import ConfigError
+    from dybw.launchers import check_job
+
+    launcher = {"_target_": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher", "nodes": 2}
+
+    def job(*overrides):
+        return compose([*COMMON, *overrides])[1]
+
+    check_job(launcher, job("runner=mpi", "runner.ranks=4"))  # 2 tasks per node
+    for overrides, line in [
+        (["runner=mpi"], "runner.ranks=0 is invalid: under hydra/launcher=submitit_slurm"),
+        (["runner=mpi", "runner.ranks=3"], "runner.ranks=3 is invalid: must split evenly over hydra.launcher.nodes=2"),
+        (["runner=local"], "hydra.launcher.nodes=2 is invalid: runner=local runs one task"),
+        (["runner=mpi", "runner.clock=wall", "num_workers=3"], "must divide the wall clock's 3 ranks"),
+    ]:
+        with pytest.raises(ConfigError) as error:
+            check_job(launcher, job(*overrides))
+        assert line in str(error.value), str(error.value)
+
+
 def test_a_requeued_slurm_job_resumes_from_its_checkpoint():
     launcher = _slurm_launcher()
     delayed = launcher.checkpoint(["algo=cb_dybw", "seed=1"], "hydra.sweep.dir", 3, "job_id_for_3", {})

@@ -63,17 +63,24 @@ def check_launcher(launcher: dict) -> None:
 def check_job(launcher: dict, job: dict) -> None:
     """What a launcher needs of a job's config, before anything starts (one line on error)."""
     target = OURS.get(str(launcher.get("_target_", "")), launcher.get("_target_"))
-    runner = job["runner"]
-    if target != SLURM or runner["name"] != "mpi" or runner["clock"] == "wall":
+    if target != SLURM:
         return
-    if runner["ranks"] == 0:
+    runner, nodes = job["runner"], int(launcher.get("nodes") or 1)
+    if runner["name"] != "mpi":
+        if nodes != 1:
+            raise ConfigError("hydra.launcher.nodes", nodes, f"runner={runner['name']} runs one task: use 1")
+    elif runner["clock"] == "wall":
+        if job["num_workers"] % nodes:
+            raise ConfigError(
+                "hydra.launcher.nodes", nodes, f"must divide the wall clock's {job['num_workers']} ranks (1 per worker)"
+            )
+    elif runner["ranks"] == 0:
         raise ConfigError(
             "runner.ranks",
             0,
             "under hydra/launcher=submitit_slurm it is each job's Slurm task count: give it (e.g. runner.ranks=16)",
         )
-    nodes = int(launcher.get("nodes") or 1)
-    if runner["ranks"] % nodes:
+    elif runner["ranks"] % nodes:
         raise ConfigError(
             "runner.ranks", runner["ranks"], f"must split evenly over hydra.launcher.nodes={nodes} (tasks per node)"
         )
