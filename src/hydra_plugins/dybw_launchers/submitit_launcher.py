@@ -49,18 +49,19 @@ class _DybwSubmitit(BaseSubmititLauncher):
             for key, value in self.params.items()
             if key not in ("submitit_folder", "max_num_timeout")
         }
-        submitted = {}
         with self.submitting(jobs):
-            self._submit(groups, job_overrides, initial_job_idx, params, submitted)
+            submitted = self._submit(groups, job_overrides, initial_job_idx, params)
         returns = [submitted[index].results()[0] for index in range(len(jobs))]
         report_returns(returns, output_seen=False)  # the jobs' output is in their .submitit/ logs
         return returns
 
-    def _submit(self, groups, job_overrides, initial_job_idx, params, submitted) -> None:
+    def _submit(self, groups, job_overrides, initial_job_idx, params) -> dict:
+        """One job array per group of jobs with the same resources; the submitted jobs by job index."""
         import submitit
         from hydra.core.singleton import Singleton
         from hydra.core.utils import filter_overrides
 
+        submitted = {}
         for resources, indices in groups.items():
             executor = submitit.AutoExecutor(
                 cluster=self._EXECUTOR,
@@ -75,6 +76,7 @@ class _DybwSubmitit(BaseSubmititLauncher):
                 log.info("\t#%d : %s (%s)", number, " ".join(filter_overrides(overrides)), _shown(resources))
                 arguments.append((overrides, "hydra.sweep.dir", number, f"job_id_for_{number}", Singleton.get_state()))
             submitted.update(zip(indices, executor.map_array(self, *zip(*arguments))))
+        return submitted
 
     def __call__(self, sweep_overrides, job_dir_key, job_num, job_id, singleton_state):
         """In the job: from where run.py was started, so that results/ is the same directory; with the
