@@ -56,7 +56,7 @@ bench-mpi: $(INSTALLED) data  ## MPI exchange vs bare mpi4py; runner=mpi vs runn
 	$(PYTHON) bench/bench_mpi.py
 	$(PYTHON) bench/bench_step_layout.py
 
-report: $(INSTALLED)  ## W&B report of an experiment (EXPERIMENT=name, default the latest); offline: what it would create
+report: $(INSTALLED)  ## W&B report of an experiment (EXPERIMENT=name, default the latest training one); offline: what it would create
 	$(PYTHON) -m dybw.report $(if $(EXPERIMENT),--experiment $(EXPERIMENT))
 
 figures: $(INSTALLED) data  ## run what experiments/*.yaml need (finished jobs reused), draw paper_figures/ + REPRODUCTION.md (ONLY=spec)

@@ -28,7 +28,7 @@ def _terminate(signum, frame):
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, _terminate)
-    prevalidate(sys.argv[1:], CONF_DIR)
+    sys.argv += prevalidate(sys.argv[1:], CONF_DIR)  # + dybw's subclass of a chosen Hydra launcher
     register_resolvers()
     try:
         main()

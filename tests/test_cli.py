@@ -45,6 +45,19 @@ BAD_INPUT = {
     "multirun with one bad job": (["-m", "algo.eta0=0.1,-1"], ["algo.eta0=-1", "> 0"]),
     "multirun by hydra.mode with one bad job": (["hydra.mode=MULTIRUN", "algo.eta0=0.1,-1"], ["algo.eta0=-1", "> 0"]),
     "multirun sweep the basic sweeper cannot list": (["-m", "seed=interval(0,1)"], ["seed", "interval(0,1)"]),
+    "slurm jobs without a task count": (
+        ["-m", "algo=cb_dybw,cb_full", "hydra/launcher=submitit_slurm"],
+        ["runner.ranks=0", "submitit_slurm", "Slurm task count"],
+    ),
+    "slurm ranks that do not split over the nodes": (
+        ["-m", "seed=0,1", "hydra/launcher=submitit_slurm", "hydra.launcher.nodes=2", "runner.ranks=3"],
+        ["runner.ranks=3", "hydra.launcher.nodes=2"],
+    ),
+    "slurm without slurm": (
+        ["-m", "seed=0,1", "hydra/launcher=submitit_slurm", "runner.ranks=2"],
+        ["hydra/launcher=submitit_slurm", "sbatch and srun", "submitit_local"],
+    ),
+    "unknown launcher key": (["-m", "seed=0,1", "hydra/launcher=joblib", "hydra.launcher.jobs=2"], ["jobs", "n_jobs"]),
 }
 
 

@@ -64,6 +64,25 @@ def test_every_figure_and_the_table_are_written(quick):
     assert all(f"({name}.png)" in readme for name in FIGURES)
 
 
+def test_quick_figures_name_the_data_they_really_use(quick):
+    """The specs' titles name MNIST or CIFAR-10; quick runs train on synthetic data and must say so."""
+    index = json.loads((quick["out"] / "figures.json").read_text())
+    for name, entry in index.items():
+        assert not re.search(r"MNIST|CIFAR", entry["title"]), (name, entry["title"])
+    assert index["convergence_mnist"]["title"].startswith("Synthetic data: convergence")
+    assert index["noniid"]["title"].startswith("Synthetic data, i.i.d. vs non-i.i.d.")
+    assert "In the synthetic training runs" in (quick["out"] / "REPRODUCTION.md").read_text()
+
+
+def test_full_figures_keep_the_titles_of_their_specs():
+    from dybw.figures.plots import title_for_data
+
+    assert title_for_data("MNIST: convergence", {"mnist"}) == "MNIST: convergence"
+    assert title_for_data("CIFAR-10: convergence", {"cifar10"}) == "CIFAR-10: convergence"
+    assert title_for_data("Speed-up vs N", {"synthetic"}) == "Speed-up vs N"
+    assert title_for_data("MNIST, i.i.d. vs non-i.i.d.", {"synthetic"}) == "Synthetic data, i.i.d. vs non-i.i.d."
+
+
 def test_redrawing_without_any_results_draws_every_figure_as_empty(tmp_path):
     """``--no-run`` before anything ran: each figure says 'no completed runs' (two used to crash)."""
     (tmp_path / "results").mkdir()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import struct
 import subprocess
 import zlib
@@ -17,9 +18,9 @@ import pytest
 
 import helpers
 from dybw import report, tracking
-from dybw.config import WandbLoggerConfig
+from dybw.config import WandbLoggerConfig, validate
 from dybw.errors import ConfigError
-from dybw.results import METRICS_COLUMNS
+from dybw.results import METRICS_COLUMNS, config_hash
 
 EVALUATION_KEYS = {
     "iteration",
@@ -135,6 +136,34 @@ def test_report_offline_prints_the_layout_and_how_to_sync(multirun, capsys):
     assert f"wandb sync {cwd / 'results' / 'adhoc'}/*/wandb/offline-run-*" in out
 
 
+def test_report_picks_the_training_experiment_run_last_not_a_figure_or_clock_directory(tmp_path, capsys):
+    """After ``make figures-quick`` the newest directories under results/ are clock-only jobs and the
+    figures themselves; the report is about the training experiment that ran last."""
+    from dybw.figures.clock_only import run_clock_job
+
+    results = tmp_path / "results"
+    for name in ("older", "adhoc"):
+        helpers.run_config(helpers.TINY + [f"experiment_name={name}"], results / name / "job")
+    os.utime(results / "older" / "job" / "summary.json", (1, 1))
+    cfg, plain = helpers.compose(helpers.TINY + ["experiment_name=quick_ratio"])
+    run_clock_job(cfg, validate(cfg), results / "quick_ratio" / "job", config_hash(plain))
+    (results / "quick_figures").mkdir()
+    (results / "quick_figures" / "figures.json").write_text("{}")
+    assert report.latest_experiment(results) == "adhoc"
+    assert report.main(["--results", str(results), "--mode", "offline"]) == 0
+    assert "runs of group 'adhoc'" in capsys.readouterr().out
+
+    # Without a training experiment: say which experiments there are.
+    for name in ("older", "adhoc"):
+        shutil.rmtree(results / name)
+    assert report.main(["--results", str(results), "--mode", "offline"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "no training experiment" in error
+    assert "quick_figures (figures)" in error and "quick_ratio (clock-only)" in error
+    assert report.main(["--results", str(results), "--experiment", "nope"]) == 2
+    assert "--experiment nope: no such experiment" in capsys.readouterr().err
+
+
 # --------------------------------------------------------------------------------------------------
 # Modes
 
@@ -175,6 +204,21 @@ def test_auto_without_credentials_runs_offline_beside_the_results(tmp_path):
     run = tracking.read_run_file(run_file)
     assert run.tags == ["t1", "t2"] and run.summary["status"] == "completed"
     assert not _wandb_core_children()  # finish stopped W&B's service process
+
+
+@pytest.mark.parametrize("runner", [["runner=local"], ["runner=mpi", "runner.ranks=2"]], ids=["local", "mpi"])
+def test_one_log_line_says_where_the_offline_run_went_under_every_runner(tmp_path, runner):
+    """Under runner=mpi rank 0 runs in a world of its own: its log line reaches run.py's log all the same."""
+    args = [o for o in helpers.TINY if not o.startswith("runner=")] + runner + ["logger=wandb", "logger.mode=auto"]
+    done = helpers.run_cli(args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if "wandb sync" in line]
+    assert len(lines) == 1, lines
+    run_dir = tmp_path / lines[0].split("wandb sync ", 1)[1].strip()
+    (job_dir,) = (tmp_path / "results" / "adhoc").iterdir()
+    assert run_dir.parent == job_dir / "wandb" and run_dir.name.startswith("offline-run-")
+    assert len(list(run_dir.glob("run-*.wandb"))) == 1
+    assert lines[0].split("] - ", 1)[1] in (job_dir / "run.log").read_text()  # the job's own log has it too
 
 
 # --------------------------------------------------------------------------------------------------

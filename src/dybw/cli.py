@@ -92,6 +92,13 @@ def _unknown_key(conf_dir: Path, overrides: list[str], error: Exception) -> str 
         return None
     key, line = found.group(1), found.group(2).strip()
     value = line.split("=", 1)[1] if "=" in line else line
+    if key.startswith("hydra.launcher."):
+        try:
+            others = [o for o in overrides if o.split("=", 1)[0] != key]
+            keys = [k for k in _compose_launcher(conf_dir, others) if k != "_target_"]
+            return f"{key}={value} is invalid: not a key of the chosen hydra/launcher; its keys: {', '.join(keys)}"
+        except Exception:  # noqa: BLE001 - the explanation is best effort; the generic line below stands
+            pass
     if key.split(".")[0] == "hydra":
         return f"{key}={value} is invalid: not a key of Hydra's own config (see python run.py --hydra-help)"
     section, names, is_field = schema_keys(key)
@@ -137,12 +144,15 @@ def _is_hydra_override(override: str) -> bool:
     return override.lstrip("+~").startswith(("hydra.", "hydra/"))
 
 
-def _compose_hydra(conf_dir: Path, overrides: list[str]) -> None:
-    """Compose with Hydra's own config too, so a bad ``hydra.*`` override fails before anything runs."""
+def _compose_launcher(conf_dir: Path, overrides: list[str]) -> dict:
+    """Compose with Hydra's own config too, so that a bad ``hydra.*`` override fails before anything runs;
+    returns the chosen launcher's settings (``hydra.launcher``)."""
     from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
 
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-        compose(config_name="config", overrides=overrides, return_hydra_config=True)
+        cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    return OmegaConf.to_container(cfg.hydra.launcher, resolve=False)
 
 
 def compose_job(conf_dir: Path, overrides: list[str]):
@@ -170,16 +180,20 @@ def plugins_on_command_line(overrides: list[str]) -> list[str]:
     return []
 
 
-def prevalidate(argv: list[str], conf_dir: Path) -> None:
-    """Compose and validate every job the command line asks for; exit with one line on the first error."""
+def prevalidate(argv: list[str], conf_dir: Path) -> list[str]:
+    """Compose and validate every job the command line asks for; exit with one line on the first error.
+
+    Returns the overrides ``run.py`` adds for Hydra: dybw's subclass of the chosen launcher, if it has one
+    (:mod:`dybw.launchers`)."""
     from hydra._internal.utils import get_args_parser
 
     from .config import load, validate
+    from .launchers import check_job, check_launcher, target_override
     from .registry import import_plugins
 
     args, _ = get_args_parser().parse_known_args(argv)
     if args.help or args.hydra_help or args.cfg or args.info or args.shell_completion:
-        return
+        return []
     register_resolvers()
     try:
         import_plugins(plugins_on_command_line(args.overrides))
@@ -192,24 +206,46 @@ def prevalidate(argv: list[str], conf_dir: Path) -> None:
         fail(str(error))
     except Exception as error:  # Hydra's override grammar errors
         fail(_bad_syntax(args.overrides) or _one_line(error))
-    for overrides in jobs:
+    launcher: dict = {}
+    for number, overrides in enumerate(jobs):
         prefix = f"[job {' '.join(overrides)}] " if len(jobs) > 1 else ""
         try:
             plain = compose_job(conf_dir, overrides)
-            if any(_is_hydra_override(o) for o in overrides):
-                _compose_hydra(conf_dir, overrides)  # Hydra's own settings (hydra.run.dir, hydra/launcher=...)
+            if number == 0 or any(_is_hydra_override(o) for o in overrides):
+                # Hydra's own settings (hydra.run.dir, hydra/launcher=..., an experiment's launcher)
+                launcher = _compose_launcher(conf_dir, overrides)
         except Exception as error:
             fail(prefix + (_bad_syntax(overrides) or _unknown_key(conf_dir, overrides, error) or _one_line(error)))
         try:
             with warnings.catch_warnings():  # e.g. a clamped algo.b: the job itself warns when it runs
                 warnings.simplefilter("ignore")
                 validate(load(plain))
+            if multirun:
+                check_job(launcher, plain)
         except DybwError as error:
             fail(prefix + str(error))
+    if multirun:
+        try:
+            check_launcher(launcher)
+        except DybwError as error:
+            fail(str(error))
+    return target_override(launcher) if multirun else []
 
 
-def run_hydra_job(cfg) -> dict | None:
-    """Body of the Hydra task: validate, run the job into Hydra's output dir, report failures in one line."""
+def outcome(job_name: str, summary: dict) -> str:
+    """The line a finished job logs."""
+    return (
+        f"{job_name}: {summary['status']}, test accuracy {summary['final_test_accuracy'] or float('nan'):.4f}, "
+        f"mean iteration {summary['mean_iteration_duration'] or float('nan'):.4f} s"
+    )
+
+
+def run_hydra_job(cfg) -> dict:
+    """Body of the Hydra task: validate, run the job into Hydra's output dir, report failures in one line.
+
+    Returns the job's summary with its ``job_dir``, or ``{"status": "failed", "error": ..., "job_dir": ...}``:
+    what a launcher that ran the job in another process hands back to ``run.py`` (:mod:`dybw.launchers`).
+    """
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
@@ -223,15 +259,30 @@ def run_hydra_job(cfg) -> dict | None:
         run_cfg = load(plain)
         graph = validate(run_cfg)
         summary = run_job(run_cfg, graph, job_dir, plain, config_hash(plain))
-        log.info(
-            "%s: %s, test accuracy %.4f, mean iteration %.4f s",
-            job_dir.name,
-            summary["status"],
-            summary["final_test_accuracy"] or float("nan"),
-            summary["mean_iteration_duration"] or float("nan"),
-        )
-        return summary
+        log.info("%s", outcome(job_dir.name, summary))
+        return {**summary, "job_dir": str(job_dir)}
     except DybwError as error:
         FAILED_JOBS.append(str(job_dir))
         print(f"error: {job_dir.name}: {error}", file=sys.stderr)
-        return None
+        return {"status": "failed", "error": f"{job_dir.name}: {error}", "job_dir": str(job_dir)}
+
+
+def report_returns(returns, output_seen: bool) -> None:
+    """The jobs' outcomes, as ``run.py`` reports those it ran itself.
+
+    Failed jobs go into ``run.py``'s list (it exits non-zero).  When the jobs' own output is not on our
+    console (``output_seen`` False: submitit writes it to ``.submitit/`` logs), each job's line is
+    repeated here: the usual ``<job>: completed, test accuracy ...`` or ``error: <job>: ...``.
+    """
+    from hydra.core.utils import JobStatus
+
+    for job_return in returns:
+        value = getattr(job_return, "_return_value", None)
+        if job_return.status != JobStatus.COMPLETED or not isinstance(value, dict):
+            continue  # an exception: Hydra reports it
+        if value.get("error"):
+            FAILED_JOBS.append(value.get("job_dir", ""))
+            if not output_seen:
+                print(f"error: {value['error']}", file=sys.stderr)
+        elif not output_seen:
+            log.info("%s", outcome(Path(value.get("job_dir", "")).name, value))

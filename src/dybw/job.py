@@ -21,14 +21,21 @@ log = logging.getLogger("dybw")
 
 
 class _Progress:
-    """A tqdm bar per job: iteration, virtual time, latest test accuracy.  It starts with the training
-    loop, so its rate (and first ETA) does not count loading data and starting TensorFlow."""
+    """A tqdm bar per job: iteration, virtual time, latest test accuracy.
+
+    Its rate (and so its ETA) counts training iterations only.  The bar appears when the training loop
+    starts, after the data and TensorFlow are loaded; the loop's first iteration still includes the
+    evaluation at k=0, compiling the step and, under MPI, waiting for every rank to arrive: seconds,
+    hundreds of ordinary iterations.  So the bar's clock and averages restart once that first iteration
+    is done (``elapsed`` counts from there), and the first ETA comes from ordinary iterations.
+    """
 
     def __init__(self, cfg, enabled: bool):
         self.cfg, self.enabled = cfg, enabled
         self.bar = None
         self.accuracy = float("nan")
         self.last = 0
+        self.warming_up = False
 
     def start(self, done: int) -> None:
         if self.enabled and self.bar is None:
@@ -45,15 +52,24 @@ class _Progress:
                 leave=True,
             )
             self.last = done
+            self.warming_up = True
 
     def evaluation(self, row):
         self.accuracy = row["test_accuracy"]
 
     def advance(self, k: int, virtual_time: float):
-        if self.bar is not None:
+        if self.bar is None:
+            return
+        self.bar.set_postfix_str(f"t={virtual_time:.2f}s acc={self.accuracy:.3f}", refresh=False)
+        if self.warming_up:
+            # The first iteration was start-up: count the bar (and its rate) from here.
+            self.warming_up = False
+            self.bar.reset(total=self.cfg.iterations)
+            self.bar.initial = self.bar.n = self.bar.last_print_n = k
+            self.bar.refresh()
+        else:
             self.bar.update(k - self.last)
-            self.last = k
-            self.bar.set_postfix_str(f"t={virtual_time:.2f}s acc={self.accuracy:.3f}", refresh=False)
+        self.last = k
 
     def close(self):
         if self.bar is not None:

@@ -7,8 +7,10 @@ The report's layout is plain data built by :func:`report_layout` (sections of pa
 and train loss vs iteration and vs virtual time, iteration durations, backup counts, a summary); no
 network is needed to build or check it.  :func:`to_report` turns it into a ``wandb_workspaces`` Report,
 which is saved only when W&B is online (credentials and a reachable host, as ``logger.mode=auto``
-decides).  Offline the command prints what it would create, the offline runs it found under
-``results/<experiment>/`` and the ``wandb sync`` command that uploads them, and exits 0.
+decides).  Without ``--experiment`` it reports on the training experiment whose last job ended last
+(:func:`latest_experiment`: not a directory of clock-only jobs or of figures).  Offline the command
+prints what it would create, the offline runs it found under ``results/<experiment>/`` and the
+``wandb sync`` command that uploads them, and exits 0.
 """
 
 from __future__ import annotations
@@ -166,10 +168,49 @@ def describe(layout: dict) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Experiment:
+    """A directory under ``results/``: what it holds and when a job of it last ended."""
+
+    name: str
+    kind: str  # training | clock-only | figures | no runs
+    ended: float  # newest summary.json's modification time (0 when there is none)
+
+
+def experiments(results: Path) -> list[Experiment]:
+    """Every directory under ``results``: training experiments (some job trained a model), clock-only ones
+    (``make figures``' timing simulations), figure outputs (``quick_figures``) and the rest."""
+    found = []
+    for directory in sorted(p for p in Path(results).glob("*") if p.is_dir()):
+        training, clock = [], []
+        for path in directory.glob("*/summary.json"):
+            try:
+                mode = json.loads(path.read_text()).get("mode", "train")
+                (clock if mode == "clock" else training).append(path.stat().st_mtime)
+            except (OSError, ValueError, AttributeError):
+                continue
+        if training:
+            found.append(Experiment(directory.name, "training", max(training)))
+        elif clock:
+            found.append(Experiment(directory.name, "clock-only", max(clock)))
+        elif (directory / "figures.json").is_file():
+            found.append(Experiment(directory.name, "figures", 0.0))
+        else:
+            found.append(Experiment(directory.name, "no runs", 0.0))
+    return found
+
+
 def latest_experiment(results: Path) -> str | None:
-    """The experiment directory under ``results`` changed last (None when there is none)."""
-    experiments = [p for p in Path(results).glob("*") if p.is_dir()]
-    return max(experiments, key=lambda p: p.stat().st_mtime).name if experiments else None
+    """The training experiment under ``results`` whose last job ended last (None when there is none)."""
+    training = [e for e in experiments(results) if e.kind == "training"]
+    return max(training, key=lambda e: e.ended).name if training else None
+
+
+def _listing(results: Path) -> str:
+    found = experiments(results)
+    if not found:
+        return f"nothing under {results}/"
+    return f"under {results}/: " + ", ".join(f"{e.name} ({e.kind})" for e in found)
 
 
 def runs_of(experiment_dir: Path) -> list[dict]:
@@ -197,7 +238,9 @@ def runs_of(experiment_dir: Path) -> list[dict]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dybw.report", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--experiment", help="experiment name = W&B group (default: the latest under --results)")
+    parser.add_argument(
+        "--experiment", help="experiment name = W&B group (default: the training experiment under --results run last)"
+    )
     parser.add_argument("--results", default="results", help="where the experiments' job directories are")
     parser.add_argument("--project", default="dybw")
     parser.add_argument("--entity", default=None)
@@ -213,7 +256,14 @@ def main(argv=None) -> int:
     results = Path(args.results)
     experiment = args.experiment or latest_experiment(results)
     if experiment is None:
-        print(f"error: no experiment under {results}/; run one first or pass --experiment NAME", file=sys.stderr)
+        print(
+            f"error: no training experiment to report on ({_listing(results)}); "
+            f"run one (e.g. make run) or pass --experiment NAME",
+            file=sys.stderr,
+        )
+        return 2
+    if not (results / experiment).is_dir():
+        print(f"error: --experiment {experiment}: no such experiment ({_listing(results)})", file=sys.stderr)
         return 2
     layout = report_layout(experiment, args.project, args.entity)
     if args.json:

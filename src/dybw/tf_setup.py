@@ -16,8 +16,16 @@ def import_tensorflow():
     return tf
 
 
+CORES_VARIABLE = "DYBW_CORES"  # a job's share of the cores, set by launchers that run jobs side by side
+
+
 def usable_cores() -> int:
-    """CPUs this process may run on (its affinity mask, which cluster schedulers set; else all)."""
+    """CPUs this job may use: ``$DYBW_CORES`` when a launcher runs several jobs on this machine at once
+    (``hydra/launcher=joblib``: each job's share), else the process's affinity mask, which cluster
+    schedulers set (else all CPUs)."""
+    share = os.environ.get(CORES_VARIABLE, "")
+    if share.isdigit() and int(share) > 0:
+        return int(share)
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux

@@ -220,3 +220,41 @@ def test_missing_dataset_files_are_one_line_before_any_rank_starts(tmp_path):
     job_dir = next((tmp_path / "results" / "adhoc").iterdir())
     assert pd.read_json(job_dir / "summary.json", typ="series")["status"] == "failed"
     assert not (job_dir / ".mpi").exists()  # no rank was launched
+
+
+def test_run_py_started_as_a_world_runs_the_job_in_it(tmp_path):
+    """``mpiexec -n 2 python run.py ...`` -- as srun starts a Slurm job's tasks under
+    hydra/launcher=submitit_slurm -- runs one job on those 2 ranks, with runner=local's numbers."""
+    from dybw.mpi.launch import find_launcher
+
+    job = [o for o in SMALL if o != "runner=local"] + ["runner=mpi"]
+    run_config(SMALL, tmp_path / "local")
+    (tmp_path / "world").mkdir()
+    done = subprocess.run(
+        [find_launcher("mpiexec"), "-n", "2", sys.executable, str(__import__("helpers").REPO / "run.py"), *job],
+        cwd=tmp_path / "world",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (job_dir,) = (tmp_path / "world" / "results" / "adhoc").iterdir()
+    assert not (job_dir / ".mpi" / "job.json").exists()  # no world of its own was launched
+    pd.testing.assert_frame_equal(metrics(job_dir), metrics(tmp_path / "local"), check_exact=True)
+
+
+def test_processes_started_together_that_mpi_does_not_join_are_one_line(tmp_path):
+    """srun with an MPI plugin mpi4py's MPI does not speak starts N lone processes: each would run the whole
+    job into the same directory.  dybw's submitit launcher says how many srun started (DYBW_WORLD_SIZE)."""
+    job = [o for o in TINY if o != "runner=local"] + ["runner=mpi"]
+    done = subprocess.run(
+        [sys.executable, str(__import__("helpers").REPO / "run.py"), *job],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "DYBW_WORLD_SIZE": "2"},
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stderr[-2000:]
+    assert "one of 2 started together, but MPI sees a world of 1" in lines[0] and "--mpi=pmi2" in lines[0]

@@ -43,7 +43,7 @@ def _spread_text(frame: pd.DataFrame) -> str:
 
 # ------------------------------------------------------------------------------------------------------
 def durations(ctx: Context) -> Drawn:
-    name, title = ctx.spec.name, ctx.spec.title
+    name, title = ctx.spec.name, ctx.title
     jobs = ctx.completed_jobs(ctx.select(spec=ctx.spec.name, kind="clock"))
     frame = ctx.summaries(jobs)
     fig, axes = style.figure(2, 1, width=6.2, height=3.8)
@@ -190,7 +190,7 @@ AGREEMENT_STYLE = {
 
 
 def agreement(ctx: Context) -> Drawn:
-    name, title = ctx.spec.name, ctx.spec.title
+    name, title = ctx.spec.name, ctx.title
     jobs = ctx.completed_jobs(ctx.select(spec=ctx.spec.name, kind="clock"))
     frame = ctx.summaries(jobs)
     fig, axes = style.figure(2, 1, width=5.4, height=3.8)
@@ -318,7 +318,7 @@ def min_neighbors_frame(ctx: Context) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def min_neighbors(ctx: Context) -> Drawn:
-    name, title = ctx.spec.name, ctx.spec.title
+    name, title = ctx.spec.name, ctx.title
     clock, train = min_neighbors_frame(ctx)
     fig, axes = style.figure(3, 1, width=4.4, height=3.6)
     if clock.empty and train.empty:
@@ -440,7 +440,7 @@ def _order(methods) -> list[str]:
 
 
 def baselines(ctx: Context) -> Drawn:
-    name, title = ctx.spec.name, ctx.spec.title
+    name, title = ctx.spec.name, ctx.title
     frame = baselines_frame(ctx)
     presets = list(dict.fromkeys(frame["preset"])) if not frame.empty else []
     splits = list(dict.fromkeys(frame["split"])) if not frame.empty else []

@@ -8,6 +8,7 @@ same delays and minibatches) are computed in :mod:`.analysis`.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +28,11 @@ class Context:
     quick: bool
     command: str
     conf_dir: Path
+
+    @property
+    def title(self) -> str:
+        """The spec's title, naming the data its training runs really use (``--quick``: synthetic)."""
+        return title_for_data(self.spec.title, {j.plain["dataset"]["name"] for j in self.jobs if j.kind == "train"})
 
     def select(self, spec: str | None = None, kind: str | None = None, **params) -> list[Job]:
         jobs = [j for j in self.jobs if (spec is None or j.spec == spec) and (kind is None or j.kind == kind)]
@@ -125,7 +131,7 @@ def convergence(ctx: Context) -> Drawn:
     jobs = ctx.completed_jobs(ctx.select(spec=ctx.spec.name, kind="train"))
     frame = ctx.metrics(jobs)
     fig, axes = style.figure(2, 2, width=5.2, height=3.4)
-    name, title = ctx.spec.name, ctx.spec.title
+    name, title = ctx.spec.name, ctx.title
     if frame.empty:
         return _no_runs(ctx, fig, axes, name, title)
     labels = style.ordered(frame["label"])
@@ -185,8 +191,27 @@ def _group_names(frame: pd.DataFrame, specs: list[str]) -> dict[str, str]:
     return {s: (n if list(names.values()).count(n) == 1 else f"{n}\n({s})") for s, n in names.items()}
 
 
+DATASET_NAMES = {"mnist": "MNIST", "cifar10": "CIFAR-10", "synthetic": "synthetic"}
+
+
 def _dataset_name(name: str) -> str:
-    return {"mnist": "MNIST", "cifar10": "CIFAR-10", "synthetic": "synthetic"}.get(name, name)
+    return DATASET_NAMES.get(name, name)
+
+
+def title_for_data(title: str, datasets: set[str]) -> str:
+    """``title`` with each dataset it names but no run uses replaced by the datasets the runs do use.
+
+    A spec's title names the paper's data ("MNIST: convergence of ..."); ``make figures-quick`` runs the
+    same specs on synthetic data, and its figures must say so ("Synthetic data: convergence of ...").
+    """
+    if not datasets:
+        return title
+    used = " and ".join(_dataset_name(d) for d in sorted(datasets))
+    used = used + " data" if datasets == {"synthetic"} else used
+    for key, shown in DATASET_NAMES.items():
+        if key not in datasets:
+            title = re.sub(rf"(?<![\w-]){re.escape(shown)}(?![\w-])", used, title)
+    return title[:1].upper() + title[1:]
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -194,7 +219,7 @@ WINDOW_A = 150  # iterations shown in the backups figure's panel (a)
 
 
 def backups(ctx: Context) -> Drawn:
-    name, title = ctx.spec.name, ctx.spec.title
+    name, title = ctx.spec.name, ctx.title
     train = ctx.completed_jobs(ctx.select(kind="train"))
     clock = ctx.completed_jobs(ctx.select(spec=ctx.spec.name, kind="clock"))
     fig, axes = style.figure(3, 1, width=4.6, height=3.5)
@@ -321,7 +346,7 @@ def backups(ctx: Context) -> Drawn:
 
 # ------------------------------------------------------------------------------------------------------
 def speedup(ctx: Context) -> Drawn:
-    name, title = ctx.spec.name, ctx.spec.title
+    name, title = ctx.spec.name, ctx.title
     jobs = ctx.completed_jobs(ctx.select(spec=ctx.spec.name, kind="train"))
     frame = ctx.summaries(jobs)
     fig, axes = style.figure(3, 1, width=4.6, height=3.7)
@@ -435,7 +460,7 @@ def speedup(ctx: Context) -> Drawn:
 
 # ------------------------------------------------------------------------------------------------------
 def noniid(ctx: Context) -> Drawn:
-    name, title = ctx.spec.name, ctx.spec.title
+    name, title = ctx.spec.name, ctx.title
     jobs = ctx.completed_jobs(ctx.select(kind="train"))
     frame = ctx.metrics(jobs)
     fig, axes = style.figure(3, 1, width=4.6, height=3.6)
@@ -558,7 +583,7 @@ def ratio_crossing(red: pd.DataFrame, label: str, level: float) -> float:
 
 
 def ratio(ctx: Context) -> Drawn:
-    name, title = ctx.spec.name, ctx.spec.title
+    name, title = ctx.spec.name, ctx.title
     jobs = ctx.completed_jobs(ctx.select(spec=ctx.spec.name, kind="clock"))
     frame = ctx.summaries(jobs)
     fig, axes = style.figure(3, 1, width=4.6, height=3.6)
@@ -673,7 +698,7 @@ def ratio(ctx: Context) -> Drawn:
 
 # ------------------------------------------------------------------------------------------------------
 def static_b(ctx: Context) -> Drawn:
-    name, title = ctx.spec.name, ctx.spec.title
+    name, title = ctx.spec.name, ctx.title
     clock = ctx.completed_jobs(ctx.select(spec=ctx.spec.name, kind="clock"))
     train = ctx.completed_jobs(ctx.select(kind="train"))
     frame = ctx.summaries(clock)

@@ -394,6 +394,7 @@ def claim_c4(ctx: Context) -> Claim:
     mean_b = analysis.mean_std([p["mean"] for p in per_seed])
     lo = analysis.mean_std([p["p05"] for p in per_seed])
     hi = analysis.mean_std([p["p95"] for p in per_seed])
+    data = " and ".join(_dataset_name(d) for d in sorted({j.plain["dataset"]["name"] for j in jobs})) or "MNIST"
     clock = ctx.completed_jobs(ctx.select(spec="backups", kind="clock"))
     variants = list(dict.fromkeys(j.params["variant"] for j in clock))
     usage = analysis.usage_frame(clock, ctx.results, variants[-1]) if clock else pd.DataFrame()
@@ -411,7 +412,7 @@ def claim_c4(ctx: Context) -> Claim:
     )
     slow_ids = usage["slow_ids"].iloc[0] if not usage.empty else []
     why = (
-        f"In the MNIST training runs, a worker's backup count changes from one iteration to the next in "
+        f"In the {data} training runs, a worker's backup count changes from one iteration to the next in "
         f"{_pct(change)} of (worker, iteration) pairs; its standard deviation over time is {fmt_pm(spread, 2)} "
         f"(mean count {fmt_pm(mean_b, 2)}; the 5-95 % range of the per-iteration mean over workers is "
         f"{fmt_pm(lo, 2)} to {fmt_pm(hi, 2)}). When the links out of workers {slow_ids} are 4x slower (clock "

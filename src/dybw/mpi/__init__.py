@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import os
 
-# Set by the launchers we support: MPICH/Hydra (PMI_*), Open MPI (OMPI_*), PMIx, Slurm.
-_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS")
+# Set by the launchers we support: dybw's submitit launcher in a Slurm job's tasks (the task count srun
+# started, whatever MPI plugin srun uses), MPICH/Hydra (PMI_*), Open MPI (OMPI_*), PMIx.
+WORLD_SIZE_VARIABLE = "DYBW_WORLD_SIZE"
+_SIZE_VARIABLES = (WORLD_SIZE_VARIABLE, "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS")
 
 
 def world_size_from_environment() -> int:

@@ -2,8 +2,9 @@
 
 Every rank reads ``<job dir>/.mpi/job.json`` (the resolved config), imports its ``plugins``, builds the
 same graph, data and schedule, and runs its share (:func:`dybw.mpi.world.run_in_world`); rank 0 writes
-the results.  A rank that fails writes its error to ``.mpi/rank-<r>.error`` and aborts the world, so no
-rank is left waiting for it.
+the results, and its log records go to ``.mpi/log.jsonl``, which ``run.py`` logs as its own.  A rank
+that fails writes its error to ``.mpi/rank-<r>.error`` and aborts the world, so no rank is left waiting
+for it.
 """
 
 from __future__ import annotations
@@ -59,9 +60,11 @@ def main(argv: list[str]) -> int:
     job_dir = Path(argv[0])
     from mpi4py import MPI
 
-    from .health import write_error
+    from .health import LogRelay, write_error
 
     comm = MPI.COMM_WORLD
+    if comm.rank == 0:
+        LogRelay.install(job_dir)  # rank 0's log lines reach run.py's log (the W&B path, resuming)
     try:
         return run_rank(comm, job_dir)
     except BaseException as error:  # noqa: BLE001 - any failure must bring the whole world down

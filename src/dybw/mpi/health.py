@@ -1,8 +1,10 @@
-"""Heartbeat and error files of the ranks, in ``<job dir>/.mpi/`` (how the parent names a failed rank)."""
+"""Files of the ranks in ``<job dir>/.mpi/``: heartbeats and errors (how the parent names a failed rank)
+and rank 0's log records (what the parent logs for it)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import time
@@ -75,3 +77,63 @@ def read_errors(job_dir: Path) -> dict[int, str]:
         except (OSError, ValueError):
             continue
     return errors
+
+
+LOG_FILE = "log.jsonl"
+
+
+class LogRelay(logging.Handler):
+    """Rank 0's ``dybw`` log records, one JSON line each in ``.mpi/log.jsonl``.
+
+    A rank has no Hydra logging of its own: without this its info lines (where the W&B offline run went,
+    "resuming after iteration k") would go nowhere.  The launching ``run.py`` reads the file while it
+    watches the world and logs each record as its own (:class:`LogReader`): console and ``run.log``,
+    as under ``runner=local``.  A file, not the forwarded output stream, so that a record never lands
+    in the middle of a progress bar's line.
+    """
+
+    def __init__(self, job_dir: Path):
+        super().__init__(logging.INFO)
+        self.path = mpi_dir(job_dir) / LOG_FILE
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = json.dumps({"name": record.name, "level": record.levelno, "message": self.format(record)})
+            with open(self.path, "a", encoding="utf-8") as file:
+                file.write(line + "\n")
+        except Exception:  # noqa: BLE001 - logging never fails the job
+            self.handleError(record)
+
+    @classmethod
+    def install(cls, job_dir: Path) -> LogRelay:
+        """Send the ``dybw`` loggers' records (INFO and up) of this process to the relay file only."""
+        handler = cls(job_dir)
+        logger = logging.getLogger("dybw")
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+        return handler
+
+
+class LogReader:
+    """The parent side of :class:`LogRelay`: logs every complete record not yet logged."""
+
+    def __init__(self, job_dir: Path):
+        self.path = mpi_dir(job_dir) / LOG_FILE
+        self.offset = 0
+
+    def relay(self) -> None:
+        try:
+            with open(self.path, "rb") as file:
+                file.seek(self.offset)
+                data = file.read()
+        except OSError:
+            return
+        complete = data[: data.rfind(b"\n") + 1]  # a line being written is taken next time
+        self.offset += len(complete)
+        for line in complete.splitlines():
+            try:
+                record = json.loads(line)
+                logging.getLogger(record["name"]).log(int(record["level"]), "%s", record["message"])
+            except (ValueError, KeyError, TypeError):
+                continue

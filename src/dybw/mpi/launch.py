@@ -3,9 +3,10 @@
 ``run.py`` calls :func:`launch_job` for each Hydra job.  It writes ``<job dir>/.mpi/job.json`` (the
 resolved config), runs ``<runner.launcher> python -m dybw.mpi <job dir>`` (default
 ``mpiexec -n {ranks}``) in its own process group, forwards its output (rank 0's progress bar), and
-watches the ranks' heartbeats.  A rank that raises (its ``.error`` file), dies (its pid vanishes) or
-hangs (no heartbeat for ``runner.timeout_s``) fails the job with that rank named; the whole process
-group is then killed.  Whatever rank 0 measured before stays in the job directory.
+watches the ranks' heartbeats, logging rank 0's log records (``.mpi/log.jsonl``) as they come.  A rank
+that raises (its ``.error`` file), dies (its pid vanishes) or hangs (no heartbeat for
+``runner.timeout_s``) fails the job with that rank named; the whole process group is then killed.
+Whatever rank 0 measured before stays in the job directory.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from ..errors import Diverged, DybwError, interruption
 from ..results import Summary, atomic_write_json, timeline_from_checkpoint
-from .health import HOST, mpi_dir, read_errors, read_heartbeats
+from .health import HOST, LogReader, mpi_dir, read_errors, read_heartbeats
 
 POLL_SECONDS = 0.1
 
@@ -38,11 +39,16 @@ def resolve_ranks(cfg) -> int:
     """``runner.ranks`` (0 = min(N, cores)); the wall clock runs one worker per rank."""
     from ..tf_setup import usable_cores
 
-    if cfg.runner.clock == "wall":
-        return cfg.num_workers
-    if cfg.runner.ranks > 0:
-        return cfg.runner.ranks
-    return max(1, min(cfg.num_workers, usable_cores()))
+    return ranks_for(cfg.runner.clock, cfg.runner.ranks, cfg.num_workers, usable_cores())
+
+
+def ranks_for(clock: str, ranks: int, num_workers: int, cores: int) -> int:
+    """The ranks of a job given ``runner.clock``, ``runner.ranks`` (0 = auto), N and the cores it may use."""
+    if clock == "wall":
+        return num_workers
+    if ranks > 0:
+        return ranks
+    return max(1, min(num_workers, cores))
 
 
 def find_launcher(program: str) -> str | None:
@@ -232,22 +238,30 @@ def _dead_rank(process: subprocess.Popen, beats: dict, output, exits: list[int])
 
 
 def watch(
-    process: subprocess.Popen, job_dir: Path, ranks: int, timeout_s: float, startup_timeout_s: float, output=lambda: ""
+    process: subprocess.Popen,
+    job_dir: Path,
+    ranks: int,
+    timeout_s: float,
+    startup_timeout_s: float,
+    output=lambda: "",
+    on_poll=lambda: None,
 ) -> str | None:
-    """Wait for the world to end; returns None on success, else one line naming the failed rank."""
+    """Wait for the world to end, calling ``on_poll()`` at every poll; returns None on success, else one
+    line naming the failed rank."""
     started = time.time()
     exits = _DeathWatch(job_dir, ranks)
     exits.start()
     try:
-        return _watch(process, job_dir, ranks, timeout_s, startup_timeout_s, output, started, exits.order)
+        return _watch(process, job_dir, ranks, timeout_s, startup_timeout_s, output, started, exits.order, on_poll)
     finally:
         exits.finished.set()
 
 
-def _watch(process, job_dir, ranks, timeout_s, startup_timeout_s, output, started, exits) -> str | None:
+def _watch(process, job_dir, ranks, timeout_s, startup_timeout_s, output, started, exits, on_poll) -> str | None:
     failure = None
     while process.poll() is None:
         time.sleep(POLL_SECONDS)
+        on_poll()
         errors = read_errors(job_dir)
         if errors:
             rank = min(errors)
@@ -292,6 +306,7 @@ def launch_job(cfg, job_dir: Path, plain: dict, digest: str) -> dict:
     )
     forwarder = _Forwarder(process.stdout)
     forwarder.start()
+    logs = LogReader(job_dir)
     failure = None
     try:
         failure = watch(
@@ -301,6 +316,7 @@ def launch_job(cfg, job_dir: Path, plain: dict, digest: str) -> dict:
             cfg.runner.timeout_s,
             cfg.runner.startup_timeout_s,
             lambda: forwarder.tail.decode(errors="replace"),
+            on_poll=logs.relay,
         )
     except KeyboardInterrupt as error:
         failure = interruption(error)
@@ -309,6 +325,7 @@ def launch_job(cfg, job_dir: Path, plain: dict, digest: str) -> dict:
         if process.poll() is None or failure:
             _kill_world(process, job_dir)
         forwarder.join(timeout=2)
+        logs.relay()  # what rank 0 logged last (the W&B run's path comes at the very end)
         if failure:
             summary = _read(job_dir)
             if summary is None or summary.get("status") == "completed":

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, DybwError
 from ..runners.base import RUNNERS, Runner, RunnerConfig
 from ..schema import AtLeast, Choice, Finite
 from . import world_size_from_environment
@@ -79,11 +79,19 @@ class MpiRunner(Runner):
     @classmethod
     def run(cls, cfg, graph, job_dir: Path, resolved: dict, digest: str) -> dict:
         """In the MPI world ``run.py`` was started in, or in one launched for this job."""
-        if world_size_from_environment() > 1:
+        started_together = world_size_from_environment()
+        if started_together > 1:
             from mpi4py import MPI
 
             from .world import run_in_world
 
+            if MPI.COMM_WORLD.size != started_together:
+                # Each process would run the whole job alone, all into one directory.
+                raise DybwError(
+                    f"this process is one of {started_together} started together, but MPI sees a world of "
+                    f"{MPI.COMM_WORLD.size}: the launcher's MPI is not mpi4py's (under srun, pick the PMI your "
+                    f"MPI speaks: srun --mpi=pmi2 or --mpi=pmix, or SLURM_MPI_TYPE)"
+                )
             return run_in_world(MPI.COMM_WORLD, cfg, graph, job_dir, resolved, digest)
         from ..data import fetch_dataset_files
         from ..results import Summary
