@@ -57,5 +57,7 @@ class Model:
 
 
 def build_network(model_cfg, input_shape, num_classes: int):
-    """The network ``model.name`` names, for a dataset's input shape (``(d,)`` or ``(H, W, C)``) and class count."""
-    return MODELS[model_cfg.name].network(model_cfg, tuple(int(s) for s in input_shape), num_classes)
+    """The network ``model.name`` names, for a dataset's input shape (``(d,)`` or ``(H, W, C)``; an int ``d``
+    means ``(d,)``) and class count."""
+    shape = (input_shape,) if isinstance(input_shape, int) else input_shape
+    return MODELS[model_cfg.name].network(model_cfg, tuple(int(s) for s in shape), num_classes)

@@ -48,7 +48,7 @@ def cnn(input_shape, num_classes, widths=(32, 64, 128), convs_per_block=1, group
     pooling.  Then flatten and one dense layer to the logits.  Group normalisation instead of batch
     normalisation: it normalises each sample on its own, so it keeps no running statistics that the
     workers would have to mix, and it lets plain SGD take large steps.  The defaults (32, 64, 128 and one
-    convolution per block: 32x32 -> 16x16 -> 8x8 -> 4x4x128 -> 10, 114,890 weights) are chosen for a
+    convolution per block: 32x32 -> 16x16 -> 8x8 -> 4x4x128 -> 10, 113,962 weights) are chosen for a
     2-core CPU: about 11 M multiply-adds per image.
     """
     import keras
