@@ -150,7 +150,7 @@ class Case:
         self.dataset = load_dataset(
             self.cfg.dataset, self.cfg.num_workers, self.cfg.data_seed, data_dir=self.cfg.data_dir
         )
-        self.network = build_network(self.cfg.model, self.dataset.input_dim, self.dataset.num_classes)
+        self.network = build_network(self.cfg.model, self.dataset.input_shape, self.dataset.num_classes)
         self.engine = IterationEngine(self.cfg, self.graph, self.dataset, self.network)
         self.setup_seconds = time.perf_counter() - started
         trainer = self.trainer = self.engine.trainer

@@ -27,7 +27,15 @@ NEEDS = {
     ("topology", "custom"): ["num_workers=4"],  # its example edge list covers workers 0..3
     ("topology", "random_regular"): ["num_workers=6"],  # d = 4 needs more than 4 workers
     ("straggler", "trace"): ["num_workers=16"],  # the example trace has 16 workers
+    # CNNs take raw images; a tiny run evaluates twice (each evaluation is 70k images through the network).
+    ("model", "lenet5"): ["dataset.features=raw", "eval_every=2", "eval_local=false"],
+    ("model", "cnn"): ["dataset.features=raw", "eval_every=2", "eval_local=false"],  # any HxWxC images: MNIST's
+    ("model", "keras"): ["model.factory=keras_factories:small_net"],  # a user's factory (tests/keras_factories.py)
+    ("experiment", "cnn_mnist"): ["eval_every=2"],
+    ("experiment", "cnn_cifar10"): ["eval_every=2"],
 }
+# Options whose tiny run trains a CNN on a real dataset: tens of seconds each.
+SLOW = {("model", "lenet5"), ("model", "cnn"), ("experiment", "cnn_mnist"), ("experiment", "cnn_cifar10")}
 
 # TINY without its synthetic dataset: what fits any dataset.
 COMMON = [o for o in TINY if not o.startswith("dataset")]
@@ -139,7 +147,8 @@ def option_params():
     first run costs ~3 s more than a synthetic one, and later runs on either reuse the cache (~2 s)."""
     params = []
     for group, option in all_options():
-        marks = [pytest.mark.slow] if dataset_of([f"{group}={option}"]) == "cifar10" else []
+        slow = dataset_of([f"{group}={option}"]) == "cifar10" or (group, option) in SLOW
+        marks = [pytest.mark.slow] if slow else []
         params.append(pytest.param(group, option, marks=marks + pending(group, option), id=f"{group}={option}"))
     return params
 

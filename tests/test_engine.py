@@ -20,7 +20,7 @@ def engine_for(overrides):
     cfg, _ = compose(TINY + overrides)
     graph = validate(cfg)
     dataset = load_dataset(cfg.dataset, cfg.num_workers, cfg.data_seed, data_dir=cfg.data_dir)
-    network = build_network(cfg.model, dataset.input_dim, dataset.num_classes)
+    network = build_network(cfg.model, dataset.input_shape, dataset.num_classes)
     return cfg, graph, dataset, network, IterationEngine(cfg, graph, dataset, network)
 
 

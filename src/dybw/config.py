@@ -28,6 +28,8 @@ from .stragglers import DelaySpec
 from .topology import TOPOLOGY_CONFIGS, TopologyConfig
 
 DATASETS = ("cifar10", "mnist", "synthetic")
+FEATURES = ("pca", "raw")
+AUGMENTATIONS = ("none", "crop_flip")
 NORMALIZATIONS = ("standard", "scale", "none")
 SPLITS = ("iid", "shards", "dirichlet")
 LOGGER_MODES = ("auto", "online", "offline", "disabled")
@@ -37,6 +39,8 @@ GROUPS = ("algo", "dataset", "model", "topology", "straggler", "runner", "logger
 @dataclass
 class DatasetConfig:
     name: Annotated[str, Choice(*DATASETS)]
+    features: Annotated[str, Choice(*FEATURES)]  # pca: flat features (PCA if pca_dim > 0) | raw: images as they are
+    augment: Annotated[str, Choice(*AUGMENTATIONS)]  # crop_flip: random crops and flips of raw images
     pca_dim: Annotated[int, AtLeast(0)]  # 0 = no PCA; at most the input size (checked with the dataset)
     normalize: Annotated[str, Choice(*NORMALIZATIONS)]
     whiten: bool
@@ -112,6 +116,7 @@ class RunConfig:
     num_workers: Annotated[int, AtLeast(2)]
     iterations: Annotated[int, AtLeast(1)]
     eval_every: Annotated[int, AtLeast(1)]
+    eval_local: bool  # also test every worker's own model at each evaluation (local_test_accuracy)
     seed: Annotated[int, AtLeast(0)]
     data_seed: Annotated[int, AtLeast(0)]
     model_seed: Annotated[int, AtLeast(0)]
@@ -180,20 +185,28 @@ def _check_experiment_name(name: str) -> None:
 
 
 def _check_dataset(cfg: RunConfig) -> None:
-    from .data import input_dim_of, train_size_of
+    from .data import input_dim_of, input_shape_of, train_size_of
 
     data = cfg.dataset
     if data.name == "synthetic" and data.num_train < cfg.num_workers:
         raise ConfigError("dataset.num_train", data.num_train, f"must be >= {cfg.num_workers}")
-    input_dim = input_dim_of(data)
-    if data.pca_dim > input_dim:
-        raise ConfigError("dataset.pca_dim", data.pca_dim, f"allowed range [0, {input_dim}]")
-    if data.whiten and data.pca_dim == 0:
+    if data.augment != "none" and len(input_shape_of(data)) != 3:
         raise ConfigError(
-            "dataset.whiten",
-            data.whiten,
-            "whitening scales PCA components; set dataset.pca_dim > 0 or dataset.whiten=false",
+            "dataset.augment",
+            data.augment,
+            "crops and flips images: needs dataset.features=raw on an image dataset (mnist, cifar10), "
+            "or dataset.augment=none",
         )
+    input_dim = input_dim_of(data)
+    if data.features == "pca":  # raw inputs have no PCA: pca_dim and whiten do not apply to them
+        if data.pca_dim > input_dim:
+            raise ConfigError("dataset.pca_dim", data.pca_dim, f"allowed range [0, {input_dim}]")
+        if data.whiten and data.pca_dim == 0:
+            raise ConfigError(
+                "dataset.whiten",
+                data.whiten,
+                "whitening scales PCA components; set dataset.pca_dim > 0 or dataset.whiten=false",
+            )
     smallest = shard_size_bound(data, cfg.num_workers)
     if smallest is not None and data.batch_size > smallest:
         raise ConfigError(
@@ -259,6 +272,7 @@ def validate(cfg: RunConfig):
     _check_experiment_name(cfg.experiment_name)
     _check_protocol(cfg)
     _check_dataset(cfg)
+    MODELS[cfg.model.name].check(cfg)  # e.g. a Keras factory is built once for the dataset's input shape
     graph = build_graph(cfg.topology, cfg.num_workers)
     algorithm = ALGORITHMS[cfg.algo.name]
     algorithm.check(cfg.algo, graph)

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .algorithms import build_algorithm
+from .augment import AugmentSampler
 from .clock import TimingChunk, VirtualClock
 from .errors import Diverged
 from .mixing import gathered_weights, mixing_matrices, mixing_sources
-from .models import StackedNetwork
 from .sampling import BatchSampler
 from .stragglers import DelaySampler
 from .tf_setup import use_threads
@@ -55,6 +55,16 @@ class ScheduleChunk:
     weights: np.ndarray  # float32 [T, N, N]: W(k)
     batches: np.ndarray  # int32 [T, N, B]
     learning_rates: np.ndarray  # float32 [T]
+    augment: np.ndarray | None = None  # int32 [T, N, B, 3]: crop draws (dataset.augment), else None
+
+    def minibatches(self, tf) -> list:
+        """Per iteration, the minibatch as the trainer takes it: indices ``[N, B]``, or with the crop draws
+        ``(indices, draws)`` -- converted once per chunk and unstacked (indexing a tensor per iteration
+        costs ~90 us a slice)."""
+        indices = tf.unstack(tf.constant(self.batches))
+        if self.augment is None:
+            return indices
+        return list(zip(indices, tf.unstack(tf.constant(self.augment))))
 
 
 class Schedule:
@@ -66,6 +76,9 @@ class Schedule:
         self.delays, self.clock = delays_and_clock(cfg, graph)
         # Only the batches of the workers this process hosts (all of them for the local backend).
         self.batches = BatchSampler(shards, cfg.dataset.batch_size, cfg.seed, workers)
+        workers = range(len(shards)) if workers is None else workers
+        augmented = cfg.dataset.augment != "none"
+        self.augment = AugmentSampler(cfg.seed, workers, cfg.dataset.batch_size) if augmented else None
         self.next_iteration = 0
 
     def learning_rate(self, k: np.ndarray) -> np.ndarray:
@@ -77,8 +90,9 @@ class Schedule:
         timing = self.clock.advance(self.delays.compute(k0, count), self.delays.link(k0, count))
         weights = mixing_matrices(timing.used_matrix(), self.cfg.algo.mixing, self.degrees)
         batches = self.batches.take(k0, count)
+        augment = self.augment.take(k0, count) if self.augment is not None else None
         self.next_iteration += count
-        return ScheduleChunk(timing, weights, batches, self.learning_rate(np.arange(k0, k0 + count)))
+        return ScheduleChunk(timing, weights, batches, self.learning_rate(np.arange(k0, k0 + count)), augment)
 
 
 class Timeline:
@@ -134,7 +148,7 @@ class IterationEngine:
 
     checkpointed = True  # writes a checkpoint after each evaluation (a resumed run equals an uninterrupted one)
 
-    def __init__(self, cfg, graph, dataset, network: StackedNetwork, workers=None):
+    def __init__(self, cfg, graph, dataset, network, workers=None):
         self.cfg = cfg
         self.workers = np.arange(cfg.num_workers) if workers is None else np.asarray(workers)
         self.schedule = Schedule(cfg, graph, dataset.shards, self.workers)
@@ -192,7 +206,8 @@ class IterationEngine:
         sums the average model's losses and hits over its share of the samples (``evaluation_chunks``);
         the process that gathers the parameters averages them and adds the shares up.
         """
-        correct = self.gather_counts(self.trainer.correct_counts())
+        # Every worker's own model on the test set: N passes over it, skipped with eval_local=false.
+        correct = self.gather_counts(self.trainer.correct_counts()) if self.cfg.eval_local else None
         params = self.gather_params()
         average = consensus = finite = None
         if params is not None:
@@ -207,7 +222,9 @@ class IterationEngine:
         row.update(
             consensus_distance=consensus,
             finite=finite,
-            local_test_accuracy=int(correct.sum()) / (len(correct) * self.trainer.num_test),
+            local_test_accuracy=(
+                int(correct.sum()) / (len(correct) * self.trainer.num_test) if correct is not None else float("nan")
+            ),
         )
         if not finite:
             rows = np.asarray(params)
@@ -284,7 +301,7 @@ class IterationEngine:
             chunk = self.schedule.next_chunk(min(cfg.runner.chunk, cfg.iterations - k))
             # One conversion per chunk, unstacked once: indexing a tensor per iteration costs ~90 us a slice.
             weights = tf.unstack(tf.constant(gathered_weights(chunk.weights, self.sources, self.workers)))
-            batches = tf.unstack(tf.constant(chunk.batches))
+            batches = chunk.minibatches(tf)
             for t in range(len(chunk.timing)):
                 try:
                     losses = self._step(batches[t], chunk.learning_rates[t], weights[t], chunk, t)

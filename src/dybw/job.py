@@ -16,6 +16,7 @@ from pathlib import Path
 from .errors import Diverged, interruption
 from .models import build_network
 from .results import CHECKPOINT, ResultsWriter, Summary, read_checkpoint, write_checkpoint
+from .tf_setup import use_threads
 
 log = logging.getLogger("dybw")
 
@@ -128,7 +129,8 @@ def _build_engine(run: JobRun, graph, make_engine) -> None:
 
     cfg = run.cfg
     dataset = load_dataset(cfg.dataset, cfg.num_workers, cfg.data_seed, data_dir=cfg.data_dir)
-    network = build_network(cfg.model, dataset.input_dim, dataset.num_classes)
+    use_threads(cfg.runner.threads)  # before a network that runs TF operations to build itself (Keras)
+    network = build_network(cfg.model, dataset.input_shape, dataset.num_classes)
     run.engine = make_engine(cfg, graph, dataset, network)
     # Every MPI rank reads the checkpoint (its rows of the parameters, the clock); only the writer writes.
     run.resume_from = read_checkpoint(run.job_dir, run.digest) if cfg.resume and not cfg.force else None

@@ -4,13 +4,21 @@
 the local steps (one worker at a time inside one XLA program), the mixing of each row with its
 neighbours' rows, and the evaluation sums.  It knows nothing of time: the engines (:mod:`.engine`,
 :mod:`.mpi`) tell it which weights, minibatches and learning rates each iteration uses.
+
+A network whose ``jit_compile`` is false (Keras models by default: XLA's CPU convolutions are far slower
+than TensorFlow's own kernels) runs its local steps and evaluation sums as TensorFlow graphs instead --
+still one fixed-shape program per worker -- and its mixing as the XLA program every network uses, called
+after the step as the MPI backends call it.
+
+A minibatch is either its indices ``[M, B]`` or, with augmentation, ``(indices, draws)`` with the crop
+draws ``[M, B, 3]`` of :mod:`.augment`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .models import StackedNetwork
+from .augment import crop_and_flip
 from .tf_setup import import_tensorflow
 
 # Samples per piece of the average model's evaluation: processes share the pieces, and each piece is
@@ -23,7 +31,7 @@ class StackedTrainer:
 
     def __init__(
         self,
-        network: StackedNetwork,
+        network,
         dataset,
         update: str,
         weight_decay: float,
@@ -43,11 +51,16 @@ class StackedTrainer:
         self.x_test = tf.Variable(dataset.x_test, trainable=False)
         self.y_test = tf.Variable(dataset.y_test.astype(np.int32), trainable=False)
         self.params = tf.constant(np.tile(initial[None, :], (num_workers, 1)))
+        self.jit = bool(getattr(network, "jit_compile", True))
         step = self._adapt_then_combine if update == "atc" else self._combine_then_adapt
-        self._step = tf.function(step, jit_compile=True)
+        # One XLA program for the whole step when the network compiles well; else the step and the mixing
+        # as two programs, exactly as the MPI backends run them.
+        self._step = tf.function(step, jit_compile=True) if self.jit else step
+        self._adapt = tf.function(self._adapted, jit_compile=self.jit)
+        self._mix = tf.function(self._mixed, jit_compile=True)
         self._average = tf.function(self._average_and_consensus, jit_compile=True)
-        self._chunk_sums = tf.function(self._sums_over_chunks, jit_compile=True)
-        self._count_correct = tf.function(self._correct_counts, jit_compile=True)
+        self._chunk_sums = tf.function(self._sums_over_chunks, jit_compile=self.jit)
+        self._count_correct = tf.function(self._correct_counts, jit_compile=self.jit)
         self.num_train, self.num_test = len(dataset.y_train), len(dataset.y_test)
         self._prepare_chunks(dataset)
 
@@ -71,10 +84,14 @@ class StackedTrainer:
             trainable=False,
         )
 
-    def _local_loss(self, params, indices):
-        """``f_j(x_j; batch_j)`` of one worker: mean cross-entropy (+ weight decay) for ``[P]``, ``[B]``."""
+    def _local_loss(self, params, batch):
+        """``f_j(x_j; batch_j)`` of one worker: mean cross-entropy (+ weight decay) for ``[P]`` and a minibatch
+        (indices ``[B]``, or indices and crop draws ``[B, 3]``)."""
         tf = self.tf
+        indices, draws = batch if isinstance(batch, tuple) else (batch, None)
         x = tf.gather(self.x_train, indices)
+        if draws is not None:
+            x = crop_and_flip(tf, x, draws)
         y = tf.gather(self.y_train, indices)
         logits = self.network.logits(tf, params[None], x[None])[0]
         loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
@@ -129,11 +146,16 @@ class StackedTrainer:
 
     def _adapt_then_combine(self, params, indices, lr, weights):
         """ATC: ``X' = W (X - eta G(X))``."""
+        if not self.jit:
+            adapted, losses = self._adapt(params, indices, lr)
+            return self._mix(weights, adapted, None), losses
         adapted, losses = self._adapted(params, indices, lr)
         return self._mixed(weights, adapted), losses
 
     def _combine_then_adapt(self, params, indices, lr, weights):
         """CTA: ``X' = W X - eta G(W X)``."""
+        if not self.jit:
+            return self._adapt(self._mix(weights, params, None), indices, lr)
         return self._adapted(self._mixed(weights, params), indices, lr)
 
     def step(self, indices, lr, weights) -> np.ndarray:
@@ -143,15 +165,11 @@ class StackedTrainer:
 
     def adapt(self, params, indices, lr):
         """``(X - eta G(X), losses)`` for the hosted workers' parameters ``params`` (the MPI backends)."""
-        if not hasattr(self, "_adapt"):
-            self._adapt = self.tf.function(self._adapted, jit_compile=True)
         return self._adapt(params, indices, lr)
 
     def mix(self, weights, rows, received):
         """The hosted rows of ``W @ Y`` (:meth:`_mixed`) from the hosted ``rows`` and the ``received`` ones:
         what the local step ends (ATC) or starts (CTA) with, the same sums, compiled alone."""
-        if not hasattr(self, "_mix"):
-            self._mix = self.tf.function(self._mixed, jit_compile=True)
         return self._mix(weights, rows, received)
 
     def _average_and_consensus(self, params):
@@ -167,19 +185,24 @@ class StackedTrainer:
         over workers: a chunk's sums have the same bits whichever process, and with whichever other
         chunks, computes them."""
         tf = self.tf
-        size, features = self.chunk_size, self.chunk_samples.shape[1]
 
         def chunk_sums(chunk):
-            start = chunk * size
-            x = tf.slice(self.chunk_samples, tf.stack([start, 0]), [size, features])
-            y = tf.slice(self.chunk_labels, tf.reshape(start, [1]), [size])
-            mask = tf.slice(self.chunk_mask, tf.reshape(start, [1]), [size])
-            logits = self.network.logits(tf, average[None], x[None])[0]
+            logits, y, mask = self._chunk_logits(average, chunk)
             losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
             hits = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), y), tf.float32)
             return tf.reduce_sum(losses * mask), tf.reduce_sum(hits * mask)
 
         return tf.map_fn(chunk_sums, chunks, fn_output_signature=(tf.float32, tf.float32))
+
+    def _chunk_logits(self, row, chunk):
+        """Logits ``[size, classes]`` of the model ``row`` ``[P]`` on chunk ``chunk``, its labels and mask."""
+        tf = self.tf
+        size, shape = self.chunk_size, self.chunk_samples.shape[1:]
+        start = chunk * size
+        x = tf.slice(self.chunk_samples, tf.stack([start] + [0] * len(shape)), [size, *shape])
+        y = tf.slice(self.chunk_labels, tf.reshape(start, [1]), [size])
+        mask = tf.slice(self.chunk_mask, tf.reshape(start, [1]), [size])
+        return self.network.logits(tf, row[None], x[None])[0], y, mask
 
     def average_model(self, params) -> tuple[np.ndarray, float, bool]:
         """``(xbar [P], consensus distance, finite)`` of the parameters ``[N, P]``."""
@@ -205,13 +228,19 @@ class StackedTrainer:
 
     def _correct_counts(self, params):
         """Test samples each row's own model classifies right, ``[M]`` int32 -- exact counts, one worker at a
-        time as in the step, so each process can count its own workers and the sum is the same bits."""
+        time as in the step, so each process can count its own workers and the sum is the same bits.  Each
+        worker goes through the test chunks one at a time, so a convolutional network's activations are
+        those of one chunk, not of the whole test set."""
         tf = self.tf
+        test_chunks = tf.range(self.train_chunks, self.num_chunks)
 
         def worker(row):
-            logits = self.network.logits(tf, row[None], self.x_test[None])[0]
-            hits = tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), self.y_test)
-            return tf.reduce_sum(tf.cast(hits, tf.int32))
+            def chunk_hits(chunk):
+                logits, y, mask = self._chunk_logits(row, chunk)
+                hits = tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), y)
+                return tf.reduce_sum(tf.cast(hits, tf.int32) * tf.cast(mask, tf.int32))
+
+            return tf.reduce_sum(tf.map_fn(chunk_hits, test_chunks, fn_output_signature=tf.int32))
 
         return tf.map_fn(worker, params, fn_output_signature=tf.int32)
 

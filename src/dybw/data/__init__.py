@@ -1,8 +1,11 @@
 """Datasets for dybw: MNIST, CIFAR-10 (verified official files) and a synthetic Gaussian mixture.
 
 ``load_dataset(cfg, num_workers, data_seed)`` returns a :class:`Dataset`: preprocessed float32
-features, int32 labels and one disjoint index shard per worker. Configuration problems raise
-``ConfigError`` (before any file is read where possible); file problems raise ``DataError``.
+features, int32 labels and one disjoint index shard per worker.  ``dataset.features`` chooses the inputs:
+``pca`` (flat: normalised pixels, then optionally PCA, :mod:`.preprocess`) or ``raw`` (no PCA, images in
+their natural shape ``[H, W, C]``, normalised per channel: what convolutional networks take).
+Configuration problems raise ``ConfigError`` (before any file is read where possible); file problems raise
+``DataError``.
 
 Environment: ``DYBW_DATA_DIR`` (dataset files, default ``./data``), ``DYBW_CACHE_DIR``
 (MD5 memo and preprocessing cache, default ``~/.cache/dybw``).
@@ -38,9 +41,14 @@ __all__ = [
     "cache_dir_from_env",
     "data_dir_from_env",
     "ensure_files",
+    "AUGMENTATIONS",
+    "FEATURES",
+    "as_images",
     "feature_dim_of",
+    "features_of",
     "fetch_dataset_files",
     "input_dim_of",
+    "input_shape_of",
     "load_dataset",
     "load_raw",
     "make_synthetic",
@@ -50,10 +58,12 @@ __all__ = [
 ]
 
 DATASET_INFO = {
-    "mnist": {"train": 60000, "test": 10000, "input_dim": 784, "classes": 10},
-    "cifar10": {"train": 50000, "test": 10000, "input_dim": 3072, "classes": 10},
+    "mnist": {"train": 60000, "test": 10000, "input_dim": 784, "classes": 10, "image_shape": (28, 28, 1)},
+    "cifar10": {"train": 50000, "test": 10000, "input_dim": 3072, "classes": 10, "image_shape": (32, 32, 3)},
 }
 DATASET_NAMES = (*DATASET_INFO, "synthetic")
+FEATURES = ("pca", "raw")  # flat, optionally PCA-reduced features | no PCA, images in their natural shape
+AUGMENTATIONS = ("none", "crop_flip")  # crop_flip: random crops and flips of raw images (dybw.augment)
 
 _MISSING = object()
 
@@ -75,8 +85,13 @@ class Dataset:
 
     @property
     def input_dim(self) -> int:
-        """Feature dimension seen by the model (pca_dim when PCA is on)."""
-        return int(self.x_train.shape[1])
+        """Number of input values per sample (pca_dim when PCA is on; H * W * C for raw images)."""
+        return int(np.prod(self.x_train.shape[1:]))
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Shape of one sample as the model sees it: ``(d,)`` for flat features, ``(H, W, C)`` for images."""
+        return tuple(int(d) for d in self.x_train.shape[1:])
 
 
 def _field(cfg, key: str, default=_MISSING):
@@ -117,6 +132,31 @@ def feature_dim_of(cfg) -> int:
     """Feature dimension after preprocessing: ``pca_dim`` if > 0, else :func:`input_dim_of`."""
     pca_dim = _field(cfg, "pca_dim", 0)
     return int(pca_dim) if isinstance(pca_dim, (int, np.integer)) and pca_dim > 0 else input_dim_of(cfg)
+
+
+def features_of(cfg) -> str:
+    """``dataset.features``: ``pca`` or ``raw``."""
+    features = _field(cfg, "features")
+    if features not in FEATURES:
+        raise ConfigError("dataset.features", features, f"valid: {', '.join(FEATURES)}")
+    return features
+
+
+def input_shape_of(cfg) -> tuple[int, ...]:
+    """Shape of one sample as the model sees it, without loading the data: ``(H, W, C)`` for raw MNIST and
+    CIFAR-10 images, else ``(d,)`` (``pca_dim``, or every input value without PCA)."""
+    if features_of(cfg) == "raw":
+        name = _name(cfg)
+        return tuple(DATASET_INFO[name]["image_shape"]) if name in DATASET_INFO else (input_dim_of(cfg),)
+    return (feature_dim_of(cfg),)
+
+
+def as_images(name: str, x: np.ndarray) -> np.ndarray:
+    """Raw rows ``[n, d]`` (:func:`load_raw`'s layout) in their natural shape ``[n, H, W, C]``: MNIST is
+    row-major 28x28, CIFAR-10 channel-major (3 planes of 32x32), moved to channels last."""
+    if name == "cifar10":
+        return np.ascontiguousarray(x.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+    return x.reshape(-1, *DATASET_INFO[name]["image_shape"])
 
 
 def train_size_of(cfg) -> int:
@@ -164,8 +204,9 @@ def load_dataset(
     """Load, preprocess and partition the dataset described by ``cfg``.
 
     ``cfg`` fields (the ``dataset`` config; every one is required, defaults live in
-    ``conf/dataset/``): ``name`` (mnist | cifar10 | synthetic), ``batch_size``, ``normalize``,
-    ``pca_dim``, ``whiten``, ``split``, ``shards_per_worker``, ``dirichlet_alpha``; for synthetic
+    ``conf/dataset/``): ``name`` (mnist | cifar10 | synthetic), ``batch_size``, ``features`` (pca | raw:
+    ``pca_dim`` and ``whiten`` apply to pca only), ``normalize``, ``pca_dim``, ``whiten``, ``split``,
+    ``shards_per_worker``, ``dirichlet_alpha``; for synthetic
     ``num_train``, ``num_test``, ``input_dim``, ``num_classes``, ``class_sep``.
 
     ``data_seed`` seeds the partition (``default_rng(data_seed)``) and the synthetic data.
@@ -180,8 +221,12 @@ def load_dataset(
         raise ConfigError("num_workers", num_workers, "must be an integer >= 1")
     num_workers = int(num_workers)
     normalize = _field(cfg, "normalize")
-    whiten = _field(cfg, "whiten")
-    pca_dim = _preprocess.check_options(input_dim_of(cfg), normalize, _field(cfg, "pca_dim"), whiten)
+    features = features_of(cfg)
+    if features == "pca":
+        whiten = _field(cfg, "whiten")
+        pca_dim = _preprocess.check_options(input_dim_of(cfg), normalize, _field(cfg, "pca_dim"), whiten)
+    elif normalize not in NORMALIZE_CHOICES:
+        raise ConfigError("dataset.normalize", normalize, f"valid: {', '.join(NORMALIZE_CHOICES)}")
     split = _field(cfg, "split")
     if split not in SPLITS:
         raise ConfigError("dataset.split", split, f"valid: {', '.join(SPLITS)}")
@@ -226,15 +271,20 @@ def load_dataset(
     if smallest < batch_size:
         raise _batch_error(batch_size, smallest, num_workers, split)
 
-    x_tr, x_te = _preprocess.preprocess(
-        x_tr,
-        x_te,
-        normalize=normalize,
-        pca_dim=pca_dim,
-        whiten=bool(whiten),
-        cache_dir=cache_dir if cache_key is not None else None,
-        cache_key=cache_key,
-    )
+    if features == "raw":
+        if name in DATASET_INFO:
+            x_tr, x_te = as_images(name, x_tr), as_images(name, x_te)
+        x_tr, x_te = _preprocess.standardise_channels(x_tr, x_te, normalize=normalize)
+    else:
+        x_tr, x_te = _preprocess.preprocess(
+            x_tr,
+            x_te,
+            normalize=normalize,
+            pca_dim=pca_dim,
+            whiten=bool(whiten),
+            cache_dir=cache_dir if cache_key is not None else None,
+            cache_key=cache_key,
+        )
     return Dataset(
         name=name,
         x_train=x_tr,

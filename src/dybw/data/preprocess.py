@@ -20,6 +20,10 @@ with, writing ``p`` for the pixel scale (255 for uint8 images, 1 for float featu
 
 All statistics are population statistics (divide by n) of the training set only.
 
+Raw inputs (``dataset.features=raw``, :func:`standardise_channels`) skip PCA and keep their shape
+``[n, *shape]``; the statistics are taken per channel, over every sample and position of the last axis's
+entry (``[n, H, W, C]`` images: per colour channel; ``[n, d]`` features: per feature, as above).
+
 The fitted parameters are cached as ``<cache_dir>/preprocess/<key>-<hash>.transform.npz`` and, when
 PCA is on (the result is small and costly to recompute), the transformed float32 arrays as
 ``...arrays.npz``; both are written atomically (temp file + ``os.replace``).
@@ -48,6 +52,7 @@ __all__ = [
     "check_options",
     "fit_transform",
     "preprocess",
+    "standardise_channels",
     "stats",
 ]
 
@@ -291,3 +296,39 @@ def preprocess(
     if use_cache and k:
         _save_npz_atomic(a_path, {"x_train": out_train, "x_test": out_test})
     return out_train, out_test
+
+
+def standardise_channels(x_train: np.ndarray, x_test: np.ndarray, *, normalize: str) -> tuple[np.ndarray, np.ndarray]:
+    """Raw inputs ``[n, ..., C]`` normalised per channel (the last axis) with the training set's statistics:
+    ``z = (x - shift_c) / divisor_c``, ``shift``/``divisor`` as in the module docstring with the mean and the
+    standard deviation taken over every sample and position of channel c.  Returns float32 arrays of the
+    same shapes."""
+    if normalize not in NORMALIZE_CHOICES:
+        raise ConfigError("dataset.normalize", normalize, f"valid: {', '.join(NORMALIZE_CHOICES)}")
+    channels = x_train.shape[-1]
+    p = _pixel_scale(x_train)
+    if normalize == "none":
+        shift, divisor = np.zeros(channels), np.ones(channels)
+    elif normalize == "scale":
+        shift, divisor = np.zeros(channels), np.full(channels, p)
+    else:
+        flat = x_train.reshape(-1, channels)
+        count = flat.shape[0]
+        total, squares = np.zeros(channels), np.zeros(channels)
+        for start in range(0, count, CHUNK_ROWS * 64):  # float64 sums, in pieces of ~256k rows
+            piece = flat[start : start + CHUNK_ROWS * 64].astype(np.float64)
+            total += piece.sum(axis=0)
+            squares += np.square(piece).sum(axis=0)
+        mean = total / count
+        sigma = np.sqrt(np.maximum(squares / count - mean**2, 0.0)) / p
+        sigma = np.where(sigma > STD_FLOOR, sigma, 1.0)
+        shift, divisor = mean, p * sigma
+
+    def apply(x):
+        out = np.empty(x.shape, np.float32)
+        shift32, inv32 = shift.astype(np.float32), (1.0 / divisor).astype(np.float32)
+        for s in range(0, x.shape[0], CHUNK_ROWS):
+            np.multiply(x[s : s + CHUNK_ROWS].astype(np.float32) - shift32, inv32, out=out[s : s + CHUNK_ROWS])
+        return out
+
+    return apply(x_train), apply(x_test)

@@ -27,7 +27,9 @@ TABLE = "reproduction"
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m dybw.figures", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes (synthetic data, few iterations), own results")
-    parser.add_argument("--only", default="", help="comma-separated spec names (default: all)")
+    parser.add_argument(
+        "--only", default="", help="comma-separated spec names (default: every spec but those with default: false)"
+    )
     parser.add_argument("--results", type=Path, default=Path("results"), help="results root (default ./results)")
     parser.add_argument(
         "--out",
@@ -52,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     results = args.results
     try:
         specs = specs_mod.load_specs(args.experiments)
-        selected = [s.strip() for s in args.only.split(",") if s.strip()] or list(specs)
+        selected = [s.strip() for s in args.only.split(",") if s.strip()] or [n for n in specs if specs[n].default]
         unknown = [s for s in selected if s not in specs]
         if unknown:
             raise DybwError(f"--only {','.join(unknown)}: no such spec; known: {', '.join(specs)}")
@@ -97,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     command = "make figures-quick" if args.quick else "make figures"
     for name in selected:
         spec = specs[name]
-        ctx = plots.Context(spec, per_spec[name], results, out, args.quick, command, Path(args.conf))
+        read = specs_mod.read_jobs(spec, specs, composer, args.quick)  # finished results only, never run
+        ctx = plots.Context(spec, per_spec[name] + read, results, out, args.quick, command, Path(args.conf))
         t0 = time.perf_counter()
         if spec.figure == TABLE:
             files = report.write(

@@ -185,6 +185,64 @@ def convergence(ctx: Context) -> Drawn:
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption))
 
 
+# ------------------------------------------------------------------------------------------------------
+def convergence_sweeps(ctx: Context) -> Drawn:
+    """Convergence side by side, one column per sweep (e.g. one dataset and model each): training loss and
+    test accuracy against iterations, test accuracy against virtual time, every algorithm of the sweep."""
+    jobs = ctx.completed_jobs(ctx.select(spec=ctx.spec.name, kind="train"))
+    frame = ctx.metrics(jobs)
+    sweeps = list(dict.fromkeys(j.params["sweep"] for j in ctx.select(spec=ctx.spec.name, kind="train")))
+    fig, axes = style.figure(max(1, len(sweeps)), 3, width=4.6, height=3.0)
+    name, title = ctx.spec.name, ctx.title
+    if frame.empty:
+        return _no_runs(ctx, fig, axes, name, title)
+    labels = style.ordered(frame["label"])
+    colors = style.palette(labels)
+    handles, setups = {}, []
+    panels = [
+        ("iteration", "train_loss", "training loss (average model)"),
+        ("iteration", "test_accuracy", "test accuracy (average model)"),
+        ("time", "test_accuracy", "test accuracy (average model)"),
+    ]
+    for col, sweep in enumerate(sweeps):
+        rows = frame[frame["sweep"] == sweep]
+        own = [j for j in jobs if j.params["sweep"] == sweep]
+        for row, (x, y, ylabel) in enumerate(panels):
+            ax = axes[row, col]
+            if rows.empty:
+                _no_data(ax)
+                ax.set_title(sweep)
+                continue
+            for handle in _curves(ax, rows, x, y, labels, colors):
+                handles[handle.get_label()] = handle
+            ax.set_xlabel("iteration k" if x == "iteration" else "virtual time (s)")
+            ax.set_ylabel(ylabel)
+            ax.set_title(f"{sweep}: {ylabel.split(' (')[0]} vs {'iterations' if x == 'iteration' else 'time'}")
+            plain = own[0].plain
+            if y == "train_loss":
+                ax.set_yscale("log")
+                style.plain_log_ticks(ax)
+            else:
+                _accuracy_limits(ax, rows, plain["iterations"])
+                ax.axhline(plain["target_accuracy"], color="0.3", ls=":", lw=1)
+        if own and not rows.empty:
+            plain = own[0].plain
+            setups.append(
+                f"{sweep}: {style.describe_training(plain)}, evaluated every {plain['eval_every']} iterations"
+            )
+    style.panel_letters(axes)
+    ordered = [h for label, h in handles.items()]
+    style.top_legend(fig, ordered, [h.get_label() for h in ordered])
+    plain, topology = _setup(ctx, jobs)
+    caption = (
+        f"Columns: {'; '.join(setups)}. Lines: mean over {style.seeds_text(frame['seed'].unique())}"
+        f" (bands: +-1 standard deviation when there are several); dotted: the target accuracy. Clock: "
+        f"{style.describe_clock(plain, topology)}. Every algorithm sees the same delays and minibatches per seed. "
+        f"Source: training runs (virtual clock), {_source(ctx, jobs)}."
+    )
+    return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption))
+
+
 def _group_names(frame: pd.DataFrame, specs: list[str]) -> dict[str, str]:
     """Display name of each spec's runs: its dataset, plus the spec when two specs share a dataset."""
     names = {s: _dataset_name(frame[frame["spec"] == s]["dataset"].iloc[0]) for s in specs}
@@ -811,6 +869,7 @@ def static_b(ctx: Context) -> Drawn:
 
 FIGURES = {
     "convergence": convergence,
+    "convergence_sweeps": convergence_sweeps,
     "backups": backups,
     "speedup": speedup,
     "noniid": noniid,

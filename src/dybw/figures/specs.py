@@ -6,6 +6,8 @@ A spec is YAML::
     figure: convergence                         # drawing function in dybw.figures.plots.FIGURES
     why: what the figure answers (one line)
     jobs_from: [other_spec]                     # optional: also use (and run) the jobs of other specs
+    reads_from: [other_spec]                    # optional: also use those specs' finished jobs, never run them
+    default: false                              # optional (true): false = runs only when named (--only)
     sweeps:                                     # optional: this spec's own jobs
       - label: paper setting                    # optional, shown where sweeps are compared
         role: main                              # optional tag the report finds a sweep by
@@ -69,6 +71,8 @@ class Spec:
     jobs_from: list[str]
     sweeps: list[Sweep]
     raw: dict = field(repr=False, default_factory=dict)
+    reads_from: list[str] = field(default_factory=list)
+    default: bool = True  # part of a plain `make figures`; false: only with --only (its runs are too long)
 
 
 @dataclass
@@ -163,6 +167,9 @@ def load_spec(path: Path) -> Spec:
     jobs_from = list(raw.get("jobs_from") or [])
     if not sweeps and not jobs_from:
         raise ConfigError(where, None, "a spec needs sweeps or jobs_from")
+    default = raw.get("default", True)
+    if not isinstance(default, bool):
+        raise ConfigError(f"{where}.default", default, "must be true or false")
     return Spec(
         name=path.stem,
         path=path,
@@ -172,6 +179,8 @@ def load_spec(path: Path) -> Spec:
         jobs_from=jobs_from,
         sweeps=sweeps,
         raw=raw,
+        reads_from=list(raw.get("reads_from") or []),
+        default=default,
     )
 
 
@@ -179,9 +188,10 @@ def load_specs(directory: Path) -> dict[str, Spec]:
     """Every ``*.yaml`` spec of ``directory``, by name (file stem), in name order."""
     specs = {p.stem: load_spec(p) for p in sorted(Path(directory).glob("*.yaml"))}
     for spec in specs.values():
-        for other in spec.jobs_from:
-            if other not in specs:
-                raise ConfigError(f"{spec.name}.jobs_from", other, "no such spec; known: " + ", ".join(specs))
+        for key in ("jobs_from", "reads_from"):
+            for other in getattr(spec, key):
+                if other not in specs:
+                    raise ConfigError(f"{spec.name}.{key}", other, "no such spec; known: " + ", ".join(specs))
     return specs
 
 
@@ -342,6 +352,11 @@ def all_jobs(spec: Spec, specs: dict[str, Spec], composer: Composer, quick: bool
     for other in spec.jobs_from:
         jobs.extend(all_jobs(specs[other], specs, composer, quick, seen))
     return jobs
+
+
+def read_jobs(spec: Spec, specs: dict[str, Spec], composer: Composer, quick: bool) -> list[Job]:
+    """The jobs of the specs ``spec`` reads from: their finished results are used, they are never run."""
+    return [job for other in spec.reads_from for job in all_jobs(specs[other], specs, composer, quick)]
 
 
 def unique(jobs: list[Job]) -> list[Job]:

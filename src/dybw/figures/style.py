@@ -8,6 +8,7 @@ from pathlib import Path
 import matplotlib
 
 from ..algorithms import ALGORITHMS
+from ..models import MODELS
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -167,8 +168,11 @@ def describe_graph(plain: dict, topology: dict | None) -> str:
 
 def describe_training(plain: dict, step: bool = True) -> str:
     data, model, algo = plain["dataset"], plain["model"], plain["algo"]
-    features = f"PCA-{data['pca_dim']}" if data.get("pca_dim") else f"{data.get('input_dim', '')}-d"
-    model_text = "logistic regression" if model["name"] == "logreg" else f"MLP {model['hidden']}"
+    if data.get("features") == "raw":
+        features = "raw pixels" + (", random crops and flips" if data.get("augment", "none") != "none" else "")
+    else:
+        features = f"PCA-{data['pca_dim']}" if data.get("pca_dim") else f"{data.get('input_dim', '')}-d"
+    model_text = MODELS[model["name"]].describe(model)
     split = {
         "iid": "i.i.d. split",
         "shards": f"label shards ({data['shards_per_worker']} per worker)",

@@ -159,6 +159,12 @@ class WallClockEngine(SharedEvaluation, IterationEngine):
         link_delays = self.schedule.delays.link(0, iterations)[:, outgoing]
         destinations = links[outgoing, 1]
         batches = self.schedule.batches.take(0, iterations)[:, 0]  # [K, B]
+        draws = self.schedule.augment.take(0, iterations)[:, 0] if self.schedule.augment is not None else None
+
+        def minibatch(k):  # this worker's minibatch as the trainer takes it (with its crop draws, if any)
+            indices = tf.constant(batches[k][None])
+            return indices if draws is None else (indices, tf.constant(draws[k][None]))
+
         lrs = self.schedule.learning_rate(np.arange(iterations))
         # Lock-step ends every iteration with a barrier (E(k)), unless the threshold's barrier ended it:
         # under ATC nothing follows theta; under CTA the local step does.
@@ -168,7 +174,7 @@ class WallClockEngine(SharedEvaluation, IterationEngine):
         first_bad = None
         started = time.perf_counter()
         # Compile the local step before the clock starts: XLA's first call takes seconds, not C_j(k).
-        self.trainer.adapt(tf.constant(x[None]), tf.constant(batches[0][None]), lrs[0])
+        self.trainer.adapt(tf.constant(x[None]), minibatch(0), lrs[0])
         for neighbor in self.neighbors:
             self._post(neighbor)
         self.comm.Barrier()
@@ -178,7 +184,7 @@ class WallClockEngine(SharedEvaluation, IterationEngine):
             self._current = k
             start = self.now()
             if cfg.algo.update == "atc":
-                adapted, losses = self.trainer.adapt(tf.constant(x[None]), tf.constant(batches[k][None]), lrs[k])
+                adapted, losses = self.trainer.adapt(tf.constant(x[None]), minibatch(k), lrs[k])
                 own, loss = adapted.numpy()[0], float(losses.numpy()[0])
                 self._sleep_until(start + compute[k])
                 ready = self.now()
@@ -192,7 +198,7 @@ class WallClockEngine(SharedEvaluation, IterationEngine):
             x = self._combine(own, received)
             finish = stop
             if cfg.algo.update == "cta":
-                adapted, losses = self.trainer.adapt(tf.constant(x[None]), tf.constant(batches[k][None]), lrs[k])
+                adapted, losses = self.trainer.adapt(tf.constant(x[None]), minibatch(k), lrs[k])
                 x, loss = adapted.numpy()[0], float(losses.numpy()[0])
                 self._sleep_until(stop + compute[k])
                 finish = self.now()

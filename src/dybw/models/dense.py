@@ -1,4 +1,4 @@
-"""Models as N stacked copies evaluated in one TensorFlow computation.
+"""Fully connected networks written directly over flat parameter rows: ``logreg`` and ``mlp``.
 
 Worker j's parameters are row j of a flat ``[N, P]`` float32 matrix, so mixing combines rows
 (``trainer.StackedTrainer._mixed``) and the local step of all workers is one TF program.  A network with
@@ -7,28 +7,31 @@ layer sizes ``s_0 = input_dim, s_1, ..., s_L = classes`` computes, per worker,
     h_0 = x,   h_l = relu(h_{l-1} W_l + b_l)  (l < L),   logits = h_{L-1} W_L + b_L
 
 ``logreg`` is the network with no hidden layer (multinomial logistic regression), ``mlp`` the one with
-``model.hidden`` ReLU layers.  Each model kind is a class in :data:`MODELS`, found by ``model.name``: it
-owns its config keys and builds the network for a dataset's input size and class count.
+``model.hidden`` ReLU layers.  Images (``dataset.features=raw``) are flattened row-major first, so
+``input_dim = H * W * C``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Annotated, ClassVar
+from typing import Annotated
 
 import numpy as np
 
-from .registry import Registry
-from .rng import stream
-from .schema import AtLeast, Finite
-
-MODELS = Registry("model", "model")
+from ..rng import stream
+from ..schema import AtLeast
+from .base import MODELS, Model, ModelConfig
 
 
 class StackedNetwork:
     """A fully connected ReLU network whose parameters live in flat rows ``[..., P]``."""
 
-    def __init__(self, input_dim: int, hidden: list[int], num_classes: int):
+    jit_compile = True  # a few matrix products: XLA runs them as fast as TF's kernels, and fuses the rest
+
+    def __init__(self, input_dim: int, hidden: list[int], num_classes: int, input_shape: tuple[int, ...] | None = None):
+        # Inputs of more than one axis (images) are flattened first; flat inputs go in as they are.
+        self.image_shape = tuple(input_shape) if input_shape is not None and len(input_shape) > 1 else None
         self.sizes = [int(input_dim), *[int(h) for h in hidden], int(num_classes)]
         self.layers = []  # (weight offset, bias offset, fan_in, fan_out)
         offset = 0
@@ -46,8 +49,8 @@ class StackedNetwork:
         return flat
 
     def logits(self, tf, params, x):
-        """Logits ``[N, B, classes]`` for params ``[N, P]`` and inputs ``[N or 1, B, input_dim]``."""
-        h = x
+        """Logits ``[N, B, classes]`` for params ``[N, P]`` and inputs ``[N or 1, B, input_dim]`` (or ``H, W, C``)."""
+        h = x if self.image_shape is None else tf.reshape(x, [x.shape[0], -1, self.sizes[0]])
         for layer, (w_off, b_off, fan_in, fan_out) in enumerate(self.layers):
             weights = tf.reshape(params[:, w_off:b_off], [-1, fan_in, fan_out])
             bias = params[:, b_off : b_off + fan_out][:, None, :]
@@ -58,28 +61,8 @@ class StackedNetwork:
 
 
 @dataclass
-class ModelConfig:
-    """The keys every model has."""
-
-    name: str
-    weight_decay: Annotated[float, Finite(0)]  # L2 coefficient on all parameters
-
-
-@dataclass
 class MlpConfig(ModelConfig):
     hidden: list[Annotated[int, AtLeast(1)]]  # hidden layer widths
-
-
-class Model:
-    """A model kind: ``Config`` (its keys, defaults in ``conf/model/<name>.yaml``) and :meth:`network`."""
-
-    name: ClassVar[str]
-    Config: ClassVar[type] = ModelConfig
-    default_config: ClassVar[dict | None] = None
-
-    @classmethod
-    def network(cls, config, input_dim: int, num_classes: int):
-        raise NotImplementedError
 
 
 @MODELS.register
@@ -89,8 +72,12 @@ class LogisticRegression(Model):
     name = "logreg"
 
     @classmethod
-    def network(cls, config, input_dim: int, num_classes: int) -> StackedNetwork:
-        return StackedNetwork(input_dim, [], num_classes)
+    def network(cls, config, input_shape: tuple[int, ...], num_classes: int) -> StackedNetwork:
+        return StackedNetwork(math.prod(input_shape), [], num_classes, input_shape)
+
+    @classmethod
+    def describe(cls, config: dict) -> str:
+        return "logistic regression"
 
 
 @MODELS.register
@@ -101,10 +88,9 @@ class Mlp(Model):
     Config = MlpConfig
 
     @classmethod
-    def network(cls, config, input_dim: int, num_classes: int) -> StackedNetwork:
-        return StackedNetwork(input_dim, list(config.hidden), num_classes)
+    def network(cls, config, input_shape: tuple[int, ...], num_classes: int) -> StackedNetwork:
+        return StackedNetwork(math.prod(input_shape), list(config.hidden), num_classes, input_shape)
 
-
-def build_network(model_cfg, input_dim: int, num_classes: int) -> StackedNetwork:
-    """The network ``model.name`` names, for a dataset's input size and class count."""
-    return MODELS[model_cfg.name].network(model_cfg, input_dim, num_classes)
+    @classmethod
+    def describe(cls, config: dict) -> str:
+        return f"MLP {config['hidden']}"
