@@ -77,7 +77,9 @@ def test_bad_input_is_one_line_and_nothing_starts(args, expected, tmp_path):
 
 
 def test_expand_sweep_matches_the_basic_sweeper():
-    jobs = expand_sweep(["algo=glob(cb_*)", "seed=1,2", "iterations=3", "seed=range(5,7)"], CONF)
+    jobs = expand_sweep(
+        ["algo=glob(cb_*,exclude=[cb_adaptive,cb_timeout])", "seed=1,2", "iterations=3", "seed=range(5,7)"], CONF
+    )
     # as in Hydra's basic sweeper: a later override of a key replaces the earlier one; product in order
     assert jobs == [
         [f"algo={a}", f"seed={s}", "iterations=3"] for a in ("cb_dybw", "cb_full", "cb_static") for s in (5, 6)

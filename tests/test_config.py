@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from omegaconf import OmegaConf
 
 from dybw.algorithms import ALGORITHMS
 from dybw.clock import SYNC_MODES, UPDATE_ORDERS
@@ -133,8 +134,14 @@ def test_every_option_composes_and_validates(group, option):
     assert graph.num_nodes == cfg.num_workers and graph.is_connected()
     if group == "experiment":
         assert cfg.experiment_name == option
-    else:
-        assert plain[group]["name"] == option  # the file's name is the option's name
+    else:  # the file's name is the option's name, or the name of the option it presets (model=lenet5 is a keras)
+        assert plain[group]["name"] in (option, *preset_of(group, option))
+
+
+def preset_of(group: str, option: str) -> list[str]:
+    """The options of the same group a yaml builds on through its ``defaults:`` list."""
+    defaults = OmegaConf.load(CONF / group / f"{option}.yaml").get("defaults", [])
+    return [entry for entry in defaults if isinstance(entry, str) and entry != "_self_"]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -18,7 +18,19 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-FIGURES = ["backups", "convergence_cifar10", "convergence_mnist", "durations", "noniid", "ratio", "speedup", "static_b"]
+FIGURES = [
+    "agreement",
+    "backups",
+    "baselines",
+    "convergence_cifar10",
+    "convergence_mnist",
+    "durations",
+    "min_neighbors",
+    "noniid",
+    "ratio",
+    "speedup",
+    "static_b",
+]
 CLAIMS = ["C1", "C2", "C3", "C4", "C5", "C6"]
 VERDICTS = ("reproduced", "partly", "not")
 
@@ -110,11 +122,6 @@ def test_reproduction_has_a_row_per_claim_with_a_verdict(quick):
         assert f"## {claim}:" in text
 
 
-def _summaries(results: Path, experiment: str, exclude: str = "") -> list[dict]:
-    paths = sorted((results / experiment).glob("*/summary.json"))
-    return [json.loads(p.read_text()) for p in paths if not (exclude and exclude in p.parent.name)]
-
-
 def _pm(values: list[float], digits: int, scale: float = 1.0) -> str:
     text = f"{statistics.mean(values) * scale:.{digits}f}"
     text = text.lstrip("-") if float(text) == 0 else text
@@ -129,26 +136,53 @@ def test_a_mean_that_rounds_to_zero_has_no_minus_sign():
 
 
 def test_reproduction_numbers_match_the_results_files(quick):
-    """C2, C3 and C5 recomputed here from the summary.json files of the quick MNIST convergence runs."""
+    """C2, C3 and C5 recomputed here from the quick runs' summary.json and resolved config files.
+
+    C2 is the paper's setting (lock-step, instant agreement) of the clock-only durations jobs; C3 and C5
+    are the i.i.d. MNIST convergence runs.  Both pair cb-DyBW with cb-Full by (graph, seed).
+    """
     results, text = quick["results"], (quick["out"] / "REPRODUCTION.md").read_text()
-    runs = _summaries(results, "quick_paper_mnist", exclude="dataset.split=shards")  # the i.i.d. runs
-    by = {(s["algo"], s["seed"]): s for s in runs if s["algo"] in ("cb_full", "cb_dybw")}
-    assert len(by) == len(runs) - sum(s["algo"] == "cb_static" for s in runs)
-    seeds = sorted({seed for _, seed in by})
-    assert len(seeds) >= 2
-    full = [by[("cb_full", s)] for s in seeds]
-    dybw = [by[("cb_dybw", s)] for s in seeds]
     rows = _table_rows(text)
-    reduction = [1 - d["mean_iteration_duration"] / f["mean_iteration_duration"] for d, f in zip(dybw, full)]
+
+    durations = _paired(
+        results,
+        "quick_clock_durations",
+        lambda c: c["protocol"]["sync"] == "lockstep" and c["protocol"]["agreement"] == "instant",
+    )
+    assert len(durations) >= 2  # more than one (graph, seed) pair
+    reduction = [1 - d["mean_iteration_duration"] / f["mean_iteration_duration"] for f, d in durations.values()]
     assert f"{_pm(reduction, 1, 100)} %" in rows["C2"][3]
-    accuracy = [d["final_test_accuracy"] - f["final_test_accuracy"] for d, f in zip(dybw, full)]
+    data = json.loads((quick["out"] / "reproduction.json").read_text())
+    assert data["C2"]["values"]["lock-step, instant"]["same_setting"]["mean"] == pytest.approx(
+        statistics.mean(reduction)
+    )
+
+    runs = _paired(results, "quick_paper_mnist", lambda c: c["dataset"]["split"] == "iid")
+    assert len({graph for graph, _ in runs}) >= 2 and len(runs) >= 2
+    full, dybw = zip(*runs.values())
+    accuracy = [d["final_test_accuracy"] - f["final_test_accuracy"] for f, d in runs.values()]
     assert f"{_pm(accuracy, 2, 100)} points" in rows["C5"][3]
     if all(r["iterations_to_target"] for r in full + dybw):
-        ratio = [d["iterations_to_target"] / f["iterations_to_target"] for d, f in zip(dybw, full)]
+        ratio = [d["iterations_to_target"] / f["iterations_to_target"] for f, d in runs.values()]
         assert f"{_pm(ratio, 2)}x" in rows["C3"][3]
-    data = json.loads((quick["out"] / "reproduction.json").read_text())
-    c2 = next(v for k, v in data["C2"]["values"].items() if "mnist" in k or len(data["C2"]["values"]) == 1)
-    assert c2["mean"] == pytest.approx(statistics.mean(reduction))
+
+
+def _paired(results: Path, experiment: str, keep) -> dict[tuple, tuple[dict, dict]]:
+    """``(topology.seed, seed) -> (cb-Full summary, cb-DyBW summary)`` of the jobs whose config ``keep`` accepts."""
+    from omegaconf import OmegaConf
+
+    by = {}
+    for path in sorted((results / experiment).glob("*/summary.json")):
+        config = OmegaConf.to_container(OmegaConf.load(path.parent / ".hydra" / "config.yaml"), resolve=False)
+        summary = json.loads(path.read_text())
+        if summary["algo"] in ("cb_full", "cb_dybw") and keep(config):
+            if summary["algo"] == "cb_dybw" and config["algo"].get("min_neighbors", 1) != 1:
+                continue  # the min_neighbors variants are another spec's
+            key = (config["topology"]["seed"], config["seed"], summary["algo"])
+            assert key not in by, f"two jobs for {key}"
+            by[key] = summary
+    pairs = {key[:2] for key in by}
+    return {pair: (by[(*pair, "cb_full")], by[(*pair, "cb_dybw")]) for pair in sorted(pairs)}
 
 
 def test_a_second_run_reuses_every_job(quick):
