@@ -170,6 +170,8 @@ class Summary:
         (``engine.EvaluationCost``; None when there is none)."""
         scheduled = [r for r in rows if r.get("evaluation") != "probe"]
         last = scheduled[-1] if scheduled else {}
+        # The last training loss measured: a completed run's last evaluation is full; one cut off may end light.
+        losses = [r["train_loss"] for r in scheduled if not math.isnan(r.get("train_loss", math.nan))]
         finite = [r["test_accuracy"] for r in scheduled if math.isfinite(r["test_accuracy"])]
         time_to_target, iterations_to_target, resolution = first_reaching(rows, cfg.target_accuracy, cfg.target_loss)
         done = timeline.done if timeline is not None else 0
@@ -183,7 +185,7 @@ class Summary:
             iterations=done,
             total_time=float(timeline.end[done - 1]) if done else 0.0,
             mean_iteration_duration=timeline.mean_duration() if timeline is not None else None,
-            final_train_loss=last.get("train_loss"),
+            final_train_loss=losses[-1] if losses else last.get("train_loss"),
             final_test_accuracy=last.get("test_accuracy"),
             best_test_accuracy=max(finite) if finite else None,
             target_accuracy=cfg.target_accuracy,
