@@ -197,8 +197,8 @@ class IterationEngine:
 
     @contextmanager
     def _replaying(self, iteration: int):
-        """Steps taken inside re-run iteration ``iteration`` onwards (the MPI engine numbers its messages
-        by iteration); afterwards the run goes on where it was."""
+        """Inside, the steps re-run iterations ``iteration + 1, ...`` (the MPI engine numbers its messages by
+        iteration); afterwards the run goes on where it was."""
         yield
 
     def _evaluate(self, kind: str = FULL) -> dict | None:
@@ -380,7 +380,8 @@ class IterationEngine:
                         f"(lower algo.eta0={cfg.algo.eta0})"
                     )
                 k += 1
-                since.append(inputs)
+                if cfg.evaluation.probe_target and not self.target_reached:
+                    since.append(inputs)  # what a replay of this interval needs
                 if evaluation_kind(cfg, k) is not None:
                     self.timeline.record(chunk.timing, t + 1)
                     evaluate(k, float(chunk.timing.end[t]), float(chunk.learning_rates[t]), since, since_params)

@@ -486,10 +486,10 @@ def _target_note(ctx: Context) -> str:
     resolutions = trained.get("target_resolution", [])
     return (
         "Iterations and time to target are those of the first iteration at which the average model's test "
-        "accuracy reaches the target, "
+        "accuracy reaches the target: "
         + style.describe_resolution(resolutions)
-        + " (each run's `summary.json`, `target_resolution`: an evaluation that first reaches the target "
-        "replays the iterations since the one before it and scores the test set after each; docs/figures.md)."
+        + " (each run's `summary.json`, `target_resolution`; the evaluation that first reaches the target "
+        "replays the iterations since the one before it and scores the test set after each: docs/figures.md)."
     )
 
 

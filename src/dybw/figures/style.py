@@ -198,7 +198,7 @@ def describe_resolution(resolutions) -> str:
     """How finely time to target was resolved over some runs (summary.json's ``target_resolution``)."""
     values = sorted({int(r) for r in resolutions if r == r and r is not None})
     if not values:
-        return "no run reached the target"
+        return "no run reached it"
     if values == [1]:
         return "resolved to the iteration"
     return f"resolved to {values[-1]} iterations or better"
