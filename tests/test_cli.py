@@ -40,6 +40,11 @@ BAD_INPUT = {
     "key the chosen option does not set": (["algo=cb_full", "algo.b=2"], ["algo.b=2", "algo=cb_full", "+algo.b=2"]),
     "whiten without pca": (["dataset=synthetic", "dataset.whiten=true"], ["dataset.whiten=True", "pca_dim"]),
     "removed group": (["~algo"], ["algo=None", "required", "algo=<name>"]),
+    "no full evaluation": (["evaluation.full_every_evals=0"], ["evaluation.full_every_evals=0", ">= 1"]),
+    "probe_target not a bool": (
+        ["evaluation.probe_target=often"],
+        ["evaluation.probe_target='often'", "true or false"],
+    ),
     "unknown hydra key": (["hydra.foo=1"], ["hydra.foo=1", "not a key"]),
     "unknown hydra group option": (["hydra/launcher=nope"], ["hydra/launcher", "'nope'", "basic"]),
     "multirun with one bad job": (["-m", "algo.eta0=0.1,-1"], ["algo.eta0=-1", "> 0"]),

@@ -85,6 +85,7 @@ OUT_OF_RANGE = [
     ("num_workers", st.integers(max_value=1), []),
     ("iterations", st.integers(max_value=0), []),
     ("eval_every", st.integers(max_value=0), []),
+    ("evaluation.full_every_evals", st.integers(max_value=0), []),
     ("seed", st.integers(max_value=-1), []),
     ("data_seed", st.integers(max_value=-1), []),
     ("model_seed", st.integers(max_value=-1), []),
@@ -143,6 +144,7 @@ INT_FIELDS = [
     "num_workers",
     "iterations",
     "eval_every",
+    "evaluation.full_every_evals",
     "seed",
     "algo.min_neighbors",
     "dataset.batch_size",
@@ -150,7 +152,7 @@ INT_FIELDS = [
     "dataset.pca_dim",
 ]
 FLOAT_FIELDS = ["algo.eta0", "algo.delta", "target_accuracy", "model.weight_decay", "dataset.dirichlet_alpha"]
-BOOL_FIELDS = ["force", "progress", "resume", "dataset.whiten"]
+BOOL_FIELDS = ["force", "progress", "resume", "dataset.whiten", "evaluation.probe_target"]
 STR_FIELDS = ["experiment_name", "algo.update", "algo.mixing", "protocol.sync", "dataset.split"]
 LIST_FIELDS = ["model.hidden", "logger.tags"]
 WORDS = st.from_regex(r"[a-z][a-z_]{1,8}", fullmatch=True).filter(
@@ -303,6 +305,7 @@ SECTIONS = {
         "topology",
         "straggler",
         "protocol",
+        "evaluation",
         "runner",
         "logger",
         "hydra",
@@ -327,6 +330,7 @@ SECTIONS = {
     ],
     "model": ["name", "hidden", "weight_decay"],
     "protocol": ["sync"],
+    "evaluation": ["full_every_evals", "probe_target"],
     "straggler.link": [
         "dist",
         "shift",
@@ -661,6 +665,10 @@ def valid_run(draw, algo: str):
         ov("seed", rnd.randint(0, 2**40)),
         ov("data_seed", rnd.randint(0, 1000)),
         ov("model_seed", rnd.randint(0, 1000)),
+        # light evaluations between full ones, and a target the probes may have to resolve
+        ov("evaluation.full_every_evals", rnd.randint(1, 3)),
+        ov("evaluation.probe_target", rnd.random() < 0.8),
+        ov("target_accuracy", rnd.uniform(0.3, 1.0)),
     ]
     # graph
     topology = rnd.choice(["ring", "complete", "exponential", "erdos_renyi", "random_regular", "torus", "custom"])
@@ -746,6 +754,8 @@ def test_random_valid_tiny_runs_end_with_a_valid_status(algo, data):
             assert written["iterations"] == iterations, (overrides, written)
             assert (job_dir / "timeline.parquet").is_file()
             assert math.isfinite(written["total_time"]) and written["total_time"] > 0
+            if written["iterations_to_target"] is not None and "evaluation.probe_target=true" in overrides:
+                assert written["target_resolution"] == 1, (overrides, written)  # the probes resolve it exactly
         else:
             assert eta0 >= 1e30, (overrides, written)  # only a huge step may diverge
             assert re.search(r"iteration \d+", written["message"]) and re.search(r"worker \d+", written["message"])

@@ -185,6 +185,32 @@ def _paired(results: Path, experiment: str, keep) -> dict[tuple, tuple[dict, dic
     return {pair: (by[(*pair, "cb_full")], by[(*pair, "cb_dybw")]) for pair in sorted(pairs)}
 
 
+def test_time_to_target_is_resolved_to_the_iteration_and_curves_skip_the_probes(quick):
+    """Every quick training run that reached its target did so at a resolution of one iteration; the probes'
+    rows are in metrics.csv, and the frames the curves are drawn from hold the scheduled evaluations only."""
+    import pandas as pd
+
+    from dybw.figures import load
+    from dybw.figures.specs import Composer, load_specs, own_jobs, unique
+
+    results = quick["results"]
+    summaries = [json.loads(p.read_text()) for p in results.glob("*/*/summary.json")]
+    runs = [s for s in summaries if s.get("mode", "train") == "train"]
+    reached = [s for s in runs if s["iterations_to_target"] is not None]
+    assert reached and all(s["target_resolution"] == 1 for s in reached)
+    probed = [p.parent for p in results.glob("*/*/metrics.csv") if "probe" in set(pd.read_csv(p)["evaluation"])]
+    assert probed
+    assert "resolved to the iteration" in (quick["out"] / "REPRODUCTION.md").read_text()
+    specs = load_specs(REPO / "experiments")
+    composer = Composer(REPO / "conf")
+    jobs = unique([job for spec in specs.values() for job in own_jobs(spec, composer, quick=True)])
+    jobs = [job for job in jobs if job.kind == "train"]
+    frame = load.metrics(jobs, results)
+    assert not frame.empty and set(frame["evaluation"]) <= {"full", "light"}
+    every = load.metrics(jobs, results, kinds=("full", "light", "probe"))
+    assert (every["evaluation"] == "probe").any()
+
+
 def test_a_second_run_reuses_every_job(quick):
     results, out = quick["results"], quick["out"]
     summaries = sorted(results.glob("*/*/summary.json"))

@@ -68,7 +68,9 @@ def multirun(tmp_path_factory):
                 patch.delenv(name)
         patch.setenv("HOME", str(cwd))
         done = helpers.run_cli(
-            ["-m", "algo=cb_dybw,cb_full", *helpers.TINY, "logger=wandb", "logger.mode=offline"], cwd=cwd
+            ["-m", "algo=cb_dybw,cb_full", *helpers.TINY, "target_accuracy=0.75"]
+            + ["logger=wandb", "logger.mode=offline"],
+            cwd=cwd,
         )
     assert done.returncode == 0, done.stderr[-3000:]
     return cwd, done
@@ -101,12 +103,19 @@ def test_offline_multirun_leaves_one_wandb_run_per_job(multirun):
         assert {"name": "iteration", "glob_name": "", "step_metric": ""} in run.metrics
         assert {"name": "time", "glob_name": "", "step_metric": "iteration"} in run.metrics
         assert {"name": "", "glob_name": "*", "step_metric": "iteration"} in run.metrics
-        # per evaluation: a metrics.csv row
+        # per evaluation: a metrics.csv row, with the columns its evaluation computes (3 is a light one)
         evaluations = [row for row in run.history if "test_accuracy" in row]
         assert [row["iteration"] for row in evaluations] == [0, 3, 6]
         for row in evaluations:
-            assert set(row) >= EVALUATION_KEYS
+            full_only = {"train_loss", "local_test_accuracy"} if row["iteration"] == 3 else set()
+            assert set(row) >= EVALUATION_KEYS - full_only
+        assert "train_loss" not in evaluations[1] and "local_test_accuracy" not in evaluations[1]  # not NaN: absent
         assert evaluations[-1]["test_accuracy"] == pytest.approx(summary["final_test_accuracy"])
+        # the probes that resolved the time to target (iterations 4 and 5; 0.75 is first reached at 5), apart
+        probes = [row for row in run.history if "probe/test_accuracy" in row]
+        assert [row["iteration"] for row in probes] == [4, 5] and summary["iterations_to_target"] == 5
+        assert probes[0]["probe/test_accuracy"] < 0.75 <= probes[1]["probe/test_accuracy"]
+        assert not any("probe/train_loss" in row for row in probes)
         # per iteration: T(k) = E(k) - E(k-1) and the backup counts
         iterations = [row for row in run.history if "iteration_duration" in row]
         assert [row["iteration"] for row in iterations] == [1, 2, 3, 4, 5, 6]

@@ -79,6 +79,14 @@ class ProtocolConfig:
 
 
 @dataclass
+class EvaluationConfig:
+    """What each evaluation computes (:mod:`dybw.evaluation`)."""
+
+    full_every_evals: Annotated[int, AtLeast(1)]  # every n-th evaluation (and those at 0 and K) is full
+    probe_target: bool  # replay the interval in which the target is first reached, scoring every iteration
+
+
+@dataclass
 class LoggerConfig:
     """``logger=none``: no tracking."""
 
@@ -134,6 +142,7 @@ class RunConfig:
     topology: Annotated[TopologyConfig, _by_name(TOPOLOGY_CONFIGS, TopologyConfig)]
     straggler: StragglerConfig
     protocol: ProtocolConfig
+    evaluation: EvaluationConfig
     runner: Annotated[RunnerConfig, _from_registry(RUNNERS, RunnerConfig)]
     logger: Annotated[LoggerConfig, _by_name({"none": LoggerConfig, "wandb": WandbLoggerConfig}, LoggerConfig)]
 

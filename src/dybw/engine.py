@@ -14,6 +14,7 @@ the numeric steps.  :class:`IterationEngine` runs a job in one process; the MPI 
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,7 @@ from .algorithms import build_algorithm
 from .augment import AugmentSampler
 from .clock import TimingChunk, VirtualClock
 from .errors import Diverged
+from .evaluation import FULL, PROBE, evaluation_kind, needs_train_loss, reaches_target
 from .mixing import gathered_weights, mixing_matrices, mixing_sources
 from .sampling import BatchSampler
 from .stragglers import DelaySampler
@@ -136,6 +138,16 @@ class RunOutcome:
     message: str = ""
 
 
+@dataclass
+class EvaluationCost:
+    """Where a run's evaluation time went (``summary.json``): wall seconds in the scheduled evaluations,
+    and in resolving the time to target (replayed steps and their probes)."""
+
+    evaluation_seconds: float = 0.0
+    target_probe_seconds: float = 0.0
+    target_replayed_iterations: int = 0
+
+
 class IterationEngine:
     """Runs one job: schedule chunks, TF steps, evaluations, timeline; reports via callbacks.
 
@@ -143,7 +155,8 @@ class IterationEngine:
     how a step is taken (:meth:`_step`), how divergence is agreed on (:meth:`_first_non_finite`), and
     how an evaluation is shared: the parameters and counts gathered (:meth:`gather_params`,
     :meth:`gather_counts`), the average model sent out (:meth:`share_average`), the samples split
-    (:meth:`evaluation_chunks`) and their sums gathered (:meth:`gather_chunk_sums`).
+    (:meth:`my_chunks`) and their sums gathered (:meth:`gather_chunk_sums`), and the evaluating process's
+    decisions made known (:meth:`share_flag`, :meth:`_replaying` for the replay of the target's interval).
     """
 
     checkpointed = True  # writes a checkpoint after each evaluation (a resumed run equals an uninterrupted one)
@@ -164,6 +177,8 @@ class IterationEngine:
             self._source_positions(),
         )
         self.timeline = Timeline(cfg.iterations, cfg.num_workers, graph.degrees)
+        self.cost = EvaluationCost()
+        self.target_reached = False  # a scheduled evaluation reached the target (no more probing)
 
     # -- the parts a distributed backend replaces -------------------------------------------------
     def _source_positions(self) -> np.ndarray:
@@ -191,41 +206,56 @@ class IterationEngine:
         """The average model, from where the parameters are gathered to every process."""
         return average
 
-    def evaluation_chunks(self) -> np.ndarray:
-        """The chunks of the evaluation samples this process sums (here: all)."""
-        return np.arange(self.trainer.num_chunks)
+    def my_chunks(self, chunks: np.ndarray) -> np.ndarray:
+        """The part of the evaluation ``chunks`` this process sums (here: all)."""
+        return chunks
 
     def gather_chunk_sums(self, chunks: np.ndarray, sums: np.ndarray) -> np.ndarray | None:
-        """Every chunk's sums ``[num_chunks, 2]`` where evaluations happen (None elsewhere)."""
-        return sums
+        """Every chunk's sums ``[num_chunks, 2]`` (zero for chunks nobody summed) from this process's
+        ``chunks`` and their ``sums``, where evaluations happen (None elsewhere)."""
+        total = np.zeros((self.trainer.num_chunks, 2))
+        total[chunks] = sums
+        return total
 
-    def _evaluate(self) -> dict | None:
-        """Evaluation metrics (None on processes that do not evaluate).
+    def share_flag(self, flag: bool) -> bool:
+        """The evaluating process's ``flag`` on every process."""
+        return bool(flag)
 
-        Every process counts its own workers' correct test predictions (the local models' accuracy) and
-        sums the average model's losses and hits over its share of the samples (``evaluation_chunks``);
-        the process that gathers the parameters averages them and adds the shares up.
+    @contextmanager
+    def _replaying(self, iteration: int):
+        """Inside, the steps re-run iterations ``iteration + 1, ...`` (the MPI engine numbers its messages by
+        iteration); afterwards the run goes on where it was."""
+        yield
+
+    def _evaluate(self, kind: str = FULL) -> dict | None:
+        """Evaluation metrics of ``kind`` (:mod:`dybw.evaluation`; None on processes that do not evaluate).
+
+        A full evaluation has every process count its own workers' correct test predictions (the local
+        models' accuracy).  Every kind averages the parameters where they are gathered, and every process
+        sums the average model's losses and hits over its share (``my_chunks``) of the chunks the kind
+        needs (the test set's; the training set's too for a full one); the gathering process adds them up.
         """
-        # Every worker's own model on the test set: N passes over it, skipped with eval_local=false.
-        correct = self.gather_counts(self.trainer.correct_counts()) if self.cfg.eval_local else None
+        full = kind == FULL
+        # Every worker's own model on the test set: N passes over it, at full evaluations unless eval_local=false.
+        correct = self.gather_counts(self.trainer.correct_counts()) if full and self.cfg.eval_local else None
         params = self.gather_params()
         average = consensus = finite = None
         if params is not None:
-            self.evaluated_params = params  # what the checkpoint after this evaluation saves
+            if kind != PROBE:
+                self.evaluated_params = params  # what the checkpoint after this evaluation saves
             average, consensus, finite = self.trainer.average_model(self.trainer.tf.constant(params))
         average = self.share_average(average)
-        chunks = self.evaluation_chunks()
+        train = needs_train_loss(self.cfg, kind)
+        chunks = self.my_chunks(self.trainer.evaluation_chunks(train))
         sums = self.gather_chunk_sums(chunks, self.trainer.chunk_sums(average, chunks))
         if params is None:
             return None
-        row = self.trainer.metrics_from_chunks(sums)
-        row.update(
-            consensus_distance=consensus,
-            finite=finite,
-            local_test_accuracy=(
+        row = self.trainer.metrics_from_chunks(sums, train)
+        row.update(consensus_distance=consensus, finite=finite, evaluation=kind)
+        if full:
+            row["local_test_accuracy"] = (
                 int(correct.sum()) / (len(correct) * self.trainer.num_test) if correct is not None else float("nan")
-            ),
-        )
+            )
         if not finite:
             rows = np.asarray(params)
             row["first_non_finite_worker"] = int(np.flatnonzero(~np.isfinite(rows).all(axis=1))[0])
@@ -233,7 +263,10 @@ class IterationEngine:
 
     # ---------------------------------------------------------------------------------------------
     def _evaluation_row(self, iteration: int, time_now: float, lr: float, started: float) -> dict | None:
-        row = self._evaluate()
+        """The scheduled evaluation at ``iteration`` (:func:`dybw.evaluation.evaluation_kind`) as a row."""
+        began = time.perf_counter()
+        row = self._evaluate(evaluation_kind(self.cfg, iteration))
+        self.cost.evaluation_seconds += time.perf_counter() - began
         if row is None:
             return None
         if not row.pop("finite"):
@@ -251,6 +284,54 @@ class IterationEngine:
         )
         return row
 
+    def _reached(self, row: dict | None) -> bool:
+        """Whether the evaluating process's ``row`` reaches the target, on every process."""
+        cfg = self.cfg
+        return self.share_flag(row is not None and reaches_target(row, cfg.target_accuracy, cfg.target_loss))
+
+    def _probe_row(self, iteration: int, started: float) -> dict | None:
+        """A probe: the light evaluation of the parameters after ``iteration`` iterations (recorded ones)."""
+        row = self._evaluate(PROBE)
+        if row is None:
+            return None
+        row.pop("finite")  # replayed iterations were finite the first time, and are the same bits
+        done = self.timeline.end[:iteration]
+        row.update(
+            iteration=iteration,
+            time=float(done[-1]),
+            lr=float(self.schedule.learning_rate(iteration - 1)),
+            wall_seconds=time.perf_counter() - started,
+            mean_iteration_duration=float(done[-1] / iteration),
+            mean_backups=float(self.timeline.columns["backups"][:iteration].mean()),
+        )
+        return row
+
+    def _probe_interval(self, params, steps: list, first: int, started: float) -> list[dict]:
+        """Replay ``steps`` (the step inputs of iterations ``first .. first+len-1``) from ``params``, the
+        parameters after ``first`` iterations, and probe after each until one reaches the target.
+
+        The minibatches, learning rates and mixing weights are the ones the run used, so the replayed
+        parameters are the run's bits (the resume test relies on the same determinism).  The run's own
+        parameters are put back afterwards.
+        """
+        began = time.perf_counter()
+        current, rows = self.trainer.params, []
+        self.trainer.params = params
+        try:
+            with self._replaying(first):
+                for done, inputs in enumerate(steps, start=first + 1):
+                    self._step(*inputs)
+                    self.cost.target_replayed_iterations += 1
+                    row = self._probe_row(done, started)
+                    if row is not None:
+                        rows.append(row)
+                    if self._reached(row):
+                        break
+        finally:
+            self.trainer.params = current
+            self.cost.target_probe_seconds += time.perf_counter() - began
+        return rows
+
     def checkpoint(self, chunk: ScheduleChunk, t: int) -> dict:
         """Everything needed to continue after iteration ``chunk.first + t`` exactly as if never stopped.
 
@@ -262,6 +343,7 @@ class IterationEngine:
         state = {f"timeline_{name}": values[:done] for name, values in self.timeline.columns.items()}
         state.update({f"clock_{key}": value for key, value in self.schedule.clock.state_after(chunk.timing, t).items()})
         state.update(iteration=done, params=np.asarray(self.evaluated_params), timeline_end=self.timeline.end[:done])
+        state.update(target_reached=self.target_reached)
         return state
 
     def restore(self, state) -> int:
@@ -276,19 +358,30 @@ class IterationEngine:
             values[:done] = state[f"timeline_{name}"]
         self.timeline.end[:done] = state["timeline_end"]
         self.timeline.done = done
+        self.target_reached = bool(state["target_reached"])
         return done
 
     def run(self, on_evaluation, on_progress=None, on_checkpoint=None, resume_from=None) -> RunOutcome:
-        """Train for ``cfg.iterations``; ``on_evaluation(row)`` after each evaluation (and at k=0).
+        """Train for ``cfg.iterations``; ``on_evaluation(row)`` after each evaluation (and at k=0), preceded
+        by the probe rows of the interval in which the target is first reached (``evaluation.probe_target``).
 
         ``on_checkpoint(state)`` follows each evaluation; ``resume_from`` is such a state to continue from.
         """
         cfg = self.cfg
         tf = self.trainer.tf
         started = time.perf_counter()
+        self.cost, self.target_reached = EvaluationCost(), False
 
-        def evaluate(iteration, time_now, lr):
+        def evaluate(iteration, time_now, lr, since=(), since_params=None):
+            """The evaluation at ``iteration``; ``since``: the step inputs of the iterations after the last
+            evaluation, whose parameters were ``since_params``."""
             row = self._evaluation_row(iteration, time_now, lr, started)
+            if cfg.evaluation.probe_target and not self.target_reached and self._reached(row):
+                self.target_reached = True
+                # Iterations k_p+1 .. k_e-1 (k_e = iteration is scored already), from the parameters at k_p.
+                if len(since) > 1:
+                    for probe in self._probe_interval(since_params, since[:-1], iteration - len(since), started):
+                        on_evaluation(probe)
             if row is not None:
                 on_evaluation(row)
 
@@ -297,14 +390,16 @@ class IterationEngine:
         else:
             evaluate(0, 0.0, float(self.schedule.learning_rate(0)))
             k = 0
+        since, since_params = [], self.trainer.params  # step inputs since the last evaluation, and its parameters
         while k < cfg.iterations:
             chunk = self.schedule.next_chunk(min(cfg.runner.chunk, cfg.iterations - k))
             # One conversion per chunk, unstacked once: indexing a tensor per iteration costs ~90 us a slice.
             weights = tf.unstack(tf.constant(gathered_weights(chunk.weights, self.sources, self.workers)))
             batches = chunk.minibatches(tf)
             for t in range(len(chunk.timing)):
+                inputs = (batches[t], chunk.learning_rates[t], weights[t], chunk, t)
                 try:
-                    losses = self._step(batches[t], chunk.learning_rates[t], weights[t], chunk, t)
+                    losses = self._step(*inputs)
                 except BaseException:
                     self.timeline.record(chunk.timing, t)
                     raise
@@ -316,11 +411,14 @@ class IterationEngine:
                         f"(lower algo.eta0={cfg.algo.eta0})"
                     )
                 k += 1
-                if k % cfg.eval_every == 0 or k == cfg.iterations:
+                if cfg.evaluation.probe_target and not self.target_reached:
+                    since.append(inputs)  # what a replay of this interval needs
+                if evaluation_kind(cfg, k) is not None:
                     self.timeline.record(chunk.timing, t + 1)
-                    evaluate(k, float(chunk.timing.end[t]), float(chunk.learning_rates[t]))
+                    evaluate(k, float(chunk.timing.end[t]), float(chunk.learning_rates[t]), since, since_params)
                     if on_checkpoint is not None:
                         on_checkpoint(self.checkpoint(chunk, t))
+                    since, since_params = [], self.trainer.params
                 if on_progress is not None:
                     on_progress(k, float(chunk.timing.end[t]))
             self.timeline.record(chunk.timing, len(chunk.timing))

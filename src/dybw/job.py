@@ -179,8 +179,9 @@ def finalize(run: JobRun, error: BaseException | None = None) -> dict:
         run.writer.write_timeline(engine.timeline.truncated())
     timeline = engine.timeline if engine is not None else None
     wall = time.perf_counter() - run.started
+    cost = getattr(engine, "cost", None)
     summary = Summary.from_rows(
-        run.cfg, run.status, run.message, run.writer.metrics_rows, timeline, wall, run.digest
+        run.cfg, run.status, run.message, run.writer.metrics_rows, timeline, wall, run.digest, cost
     ).to_dict()
     run.writer.write_summary(summary)
     if run.tracker is not None:

@@ -30,6 +30,7 @@ METRICS_COLUMNS = (
     "mean_iteration_duration",
     "mean_backups",
     "wall_seconds",
+    "evaluation",
 )
 TIMELINE_COLUMNS = ("iteration", "worker", "start", "ready", "stop", "finish", "used", "backups")
 STATUSES = ("completed", "failed", "diverged", "interrupted")
@@ -111,14 +112,22 @@ def job_dirname(overrides: str) -> str:
 
 
 def first_reaching(rows: list[dict], target_accuracy: float, target_loss: float | None):
-    """``(time, iteration)`` of the first evaluation with test accuracy >= target (or train loss <= target)."""
+    """``(time, iteration, resolution)`` of the first row (``metrics.csv``, in iteration order) that reaches the
+    target (:func:`dybw.evaluation.reaches_target`); ``(None, None, None)`` if none does.
+
+    ``resolution`` is the number of iterations between that row and the row before it: the first iteration
+    reaching the target lies in ``(iteration - resolution, iteration]``, so 1 is exact (also at iteration 0)
+    -- the same, unless the target was reached and lost between two earlier rows, which no row saw.
+    """
+    from .evaluation import reaches_target
+
+    previous = None
     for row in rows:
-        reached = row["test_accuracy"] >= target_accuracy
-        if target_loss is not None:
-            reached = reached or row["train_loss"] <= target_loss
-        if reached:
-            return row["time"], row["iteration"]
-    return None, None
+        if reaches_target(row, target_accuracy, target_loss):
+            resolution = 1 if previous is None else int(row["iteration"]) - int(previous["iteration"])
+            return row["time"], row["iteration"], resolution
+        previous = row
+    return None, None, None
 
 
 @dataclass
@@ -144,16 +153,29 @@ class Summary:
     seed: int
     experiment: str
     config_hash: str
+    # How iterations_to_target was resolved (results.first_reaching): 1 = to the iteration.
+    target_resolution: int | None = None
+    target_probes: int | None = None  # probe rows in metrics.csv
+    # What evaluating cost (wall seconds, engine.EvaluationCost): the scheduled evaluations, and resolving
+    # the time to target (the replayed iterations, how many, and their probes).
+    evaluation_seconds: float | None = None
+    target_probe_seconds: float | None = None
+    target_replayed_iterations: int | None = None
     mode: str = "train"  # train | clock (a clock-only job: no model, the training fields are null)
     mean_used: float | None = None  # clock-only jobs: mean |S_j(k)|
 
     @classmethod
-    def from_rows(cls, cfg, status: str, message: str, rows: list[dict], timeline, wall: float, digest: str):
-        """From the evaluation rows (``metrics.csv``) and the engine's timeline (None when there is none)."""
-        last = rows[-1] if rows else {}
-        finite = [r["test_accuracy"] for r in rows if math.isfinite(r["test_accuracy"])]
-        time_to_target, iterations_to_target = first_reaching(rows, cfg.target_accuracy, cfg.target_loss)
+    def from_rows(cls, cfg, status: str, message: str, rows: list[dict], timeline, wall: float, digest: str, cost=None):
+        """From the evaluation rows (``metrics.csv``), the engine's timeline and evaluation cost
+        (``engine.EvaluationCost``; None when there is none)."""
+        scheduled = [r for r in rows if r.get("evaluation") != "probe"]
+        last = scheduled[-1] if scheduled else {}
+        # The last training loss measured: a completed run's last evaluation is full; one cut off may end light.
+        losses = [r["train_loss"] for r in scheduled if not math.isnan(r.get("train_loss", math.nan))]
+        finite = [r["test_accuracy"] for r in scheduled if math.isfinite(r["test_accuracy"])]
+        time_to_target, iterations_to_target, resolution = first_reaching(rows, cfg.target_accuracy, cfg.target_loss)
         done = timeline.done if timeline is not None else 0
+        costs = dataclasses.asdict(cost) if cost is not None else {}
         return cls(
             status=status,
             message=message,
@@ -163,7 +185,7 @@ class Summary:
             iterations=done,
             total_time=float(timeline.end[done - 1]) if done else 0.0,
             mean_iteration_duration=timeline.mean_duration() if timeline is not None else None,
-            final_train_loss=last.get("train_loss"),
+            final_train_loss=losses[-1] if losses else last.get("train_loss"),
             final_test_accuracy=last.get("test_accuracy"),
             best_test_accuracy=max(finite) if finite else None,
             target_accuracy=cfg.target_accuracy,
@@ -174,6 +196,9 @@ class Summary:
             seed=cfg.seed,
             experiment=cfg.experiment_name,
             config_hash=digest,
+            target_resolution=resolution,
+            target_probes=sum(r.get("evaluation") == "probe" for r in rows),
+            **costs,
         )
 
     @classmethod
@@ -283,7 +308,7 @@ class ResultsWriter:
 
     def add_metrics(self, row: dict) -> None:
         """Append an evaluation row and rewrite ``metrics.csv`` (small: one row per evaluation)."""
-        self.metrics_rows.append({c: row.get(c, float("nan")) for c in METRICS_COLUMNS})
+        self.metrics_rows.append({c: row.get(c, float("nan")) for c in METRICS_COLUMNS})  # NaN: not computed
         lines = [",".join(METRICS_COLUMNS)]
         for r in self.metrics_rows:
             lines.append(",".join(_csv_value(r[c]) for c in METRICS_COLUMNS))
@@ -308,6 +333,8 @@ class ResultsWriter:
 
 
 def _csv_value(value) -> str:
+    if isinstance(value, str):
+        return value
     if isinstance(value, (int, np.integer)):
         return str(int(value))
     value = float(value)

@@ -256,13 +256,22 @@ class WandbTracker:
         self.main_thread_seconds += time.perf_counter() - started
 
     def log_evaluation(self, row) -> None:
-        """One ``metrics.csv`` row; its ``iteration`` is the step metric, ``time`` the alternative x-axis."""
+        """One ``metrics.csv`` row; its ``iteration`` is the step metric, ``time`` the alternative x-axis.
+
+        Only the columns the row's evaluation computed (not NaN); a probe's (``evaluation=probe``) under
+        ``probe/``, so the evaluations' charts keep their regular spacing."""
         if self.dead or self._finished:
             return
         started = time.perf_counter()
         try:
-            values = {key: _number(value) for key, value in dict(row).items()}
-            values = {key: value for key, value in values.items() if value is not None}
+            row = dict(row)
+            probe = row.get("evaluation") == "probe"
+            values = {key: _number(value) for key, value in row.items()}
+            values = {
+                f"probe/{key}" if probe and key not in ("iteration", "time") else key: value
+                for key, value in values.items()
+                if value is not None and value == value  # NaN: a column this evaluation does not compute
+            }
             if "iteration" in values:
                 values["iteration"] = int(values["iteration"])
                 self._last_iteration = values["iteration"]

@@ -179,11 +179,12 @@ class StackedTrainer:
         consensus = tf.reduce_mean(tf.reduce_sum(tf.square(params - average[None]), axis=1))
         return average, consensus, tf.reduce_all(tf.math.is_finite(params))
 
-    def _sums_over_chunks(self, average, chunks):
-        """Per chunk ``c`` of ``chunks`` ``[n]``: the summed cross-entropy of the average model on its samples
-        and how many of them it classifies right.  One chunk at a time (``tf.map_fn``), as the step loops
-        over workers: a chunk's sums have the same bits whichever process, and with whichever other
-        chunks, computes them."""
+    def _sums_over_chunks(self, average, selected):
+        """Per chunk ``c`` with ``selected[c]`` (``[num_chunks]`` bool): the summed cross-entropy of the average
+        model on its samples and how many of them it classifies right (zeros for the others).  One chunk at
+        a time (``tf.map_fn``), as the step loops over workers: a chunk's sums have the same bits whichever
+        process, and with whichever other chunks, computes them.  The mask keeps the program's shapes fixed,
+        so the full evaluation, the test-set-only one and every rank's share are one compiled program."""
         tf = self.tf
 
         def chunk_sums(chunk):
@@ -192,7 +193,12 @@ class StackedTrainer:
             hits = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), y), tf.float32)
             return tf.reduce_sum(losses * mask), tf.reduce_sum(hits * mask)
 
-        return tf.map_fn(chunk_sums, chunks, fn_output_signature=(tf.float32, tf.float32))
+        def one(args):
+            chunk, take = args
+            return tf.cond(take, lambda: chunk_sums(chunk), lambda: (tf.constant(0.0), tf.constant(0.0)))
+
+        chunks = tf.range(self.num_chunks)
+        return tf.map_fn(one, (chunks, selected), fn_output_signature=(tf.float32, tf.float32))
 
     def _chunk_logits(self, row, chunk):
         """Logits ``[size, classes]`` of the model ``row`` ``[P]`` on chunk ``chunk``, its labels and mask."""
@@ -209,22 +215,31 @@ class StackedTrainer:
         average, consensus, finite = self._average(params)
         return average.numpy(), float(consensus), bool(finite)
 
+    def evaluation_chunks(self, train: bool) -> np.ndarray:
+        """The chunks an evaluation sums: the test set's, preceded by the training set's if ``train``."""
+        return np.arange(0 if train else self.train_chunks, self.num_chunks)
+
     def chunk_sums(self, average: np.ndarray, chunks: np.ndarray) -> np.ndarray:
         """``[len(chunks), 2]`` float64: (loss sum, right predictions) of the average model per chunk."""
         if len(chunks) == 0:
             return np.zeros((0, 2))
-        losses, hits = self._chunk_sums(self.tf.constant(average), self.tf.constant(chunks, dtype=self.tf.int32))
-        return np.stack([losses.numpy(), hits.numpy()], axis=1).astype(np.float64)
+        selected = np.zeros(self.num_chunks, dtype=bool)
+        selected[chunks] = True
+        losses, hits = self._chunk_sums(self.tf.constant(average), self.tf.constant(selected))
+        return np.stack([losses.numpy(), hits.numpy()], axis=1).astype(np.float64)[chunks]
 
-    def metrics_from_chunks(self, sums: np.ndarray) -> dict:
-        """Losses and accuracy of the average model from every chunk's sums ``[num_chunks, 2]``, added in
-        chunk order (float64): the same numbers for any split of the chunks between processes."""
-        train, test = sums[: self.train_chunks], sums[self.train_chunks :]
-        return {
-            "train_loss": float(train[:, 0].sum() / self.num_train),
+    def metrics_from_chunks(self, sums: np.ndarray, train: bool = True) -> dict:
+        """Losses and accuracy of the average model from the chunks' sums ``[num_chunks, 2]`` (row = chunk),
+        added in chunk order (float64): the same numbers for any split of the chunks between processes, and
+        for a test-set-only evaluation (``train=False``: no ``train_loss``) as for a full one."""
+        test = sums[self.train_chunks :]
+        metrics = {
             "test_loss": float(test[:, 0].sum() / self.num_test),
             "test_accuracy": float(test[:, 1].sum() / self.num_test),
         }
+        if train:
+            metrics["train_loss"] = float(sums[: self.train_chunks, 0].sum() / self.num_train)
+        return metrics
 
     def _correct_counts(self, params):
         """Test samples each row's own model classifies right, ``[M]`` int32 -- exact counts, one worker at a

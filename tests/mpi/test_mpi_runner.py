@@ -59,6 +59,28 @@ def test_virtual_clock_matches_the_local_backend_bit_for_bit(tmp_path, ranks, al
     assert (tmp_path / "mpi" / ".mpi" / "job.json").read_text() != ""
 
 
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_light_evaluations_and_probes_match_the_local_backend_bit_for_bit(tmp_path, ranks):
+    """The test-set-only evaluations, and the replay of the interval in which the target is first reached
+    with a probe after every step, shared by the ranks: the local backend's rows, probes included."""
+    from test_evaluation import EVERYTHING, _crossing
+
+    job = SMALL + ["iterations=24", "eval_every=6", "evaluation.full_every_evals=2"]
+    run_config(job + EVERYTHING + ["eval_every=1"], tmp_path / "every")
+    hit, accuracy = _crossing(metrics(tmp_path / "every"), 6, "test_accuracy", 1)
+    job += [f"target_accuracy={accuracy!r}"]
+    local = run_config(job, tmp_path / "local")
+    mpi = run_config(job + ["runner=mpi", f"runner.ranks={ranks}"], tmp_path / "mpi")
+    assert local["iterations_to_target"] == mpi["iterations_to_target"] == hit
+    assert local["target_probes"] == mpi["target_probes"] > 0 and mpi["target_resolution"] == 1
+    rows = metrics(tmp_path / "mpi")
+    assert {"full", "light", "probe"} == set(rows["evaluation"])
+    pd.testing.assert_frame_equal(metrics(tmp_path / "local"), rows, check_exact=True)
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(tmp_path / "local/timeline.parquet"), pd.read_parquet(tmp_path / "mpi/timeline.parquet")
+    )
+
+
 @pytest.mark.slow
 def test_virtual_clock_matches_the_local_backend_at_paper_size(tmp_path):
     """MNIST, the default mlp, 16 workers, batch 1024: the shapes at which a batched step or a different

@@ -114,13 +114,21 @@ def _cached(reader, path: Path) -> pd.DataFrame | None:
         return None
 
 
-def metrics(jobs: list[Job], results: Path) -> pd.DataFrame:
-    """All evaluations of the jobs (``metrics.csv``), with identity columns."""
+SCHEDULED = ("full", "light")  # metrics.csv's evaluation kinds at a job's regular cadence (dybw.evaluation)
+
+
+def metrics(jobs: list[Job], results: Path, kinds: tuple[str, ...] = SCHEDULED) -> pd.DataFrame:
+    """The jobs' evaluations of ``kinds`` (``metrics.csv``'s ``evaluation`` column; all full in files that
+    predate it), with identity columns.  By default the scheduled ones: curves are drawn at a regular
+    spacing, the same for every seed, and a probe's iterations are a job's own."""
     frames = []
     for job in jobs:
         frame = _cached(_read_csv, job.job_dir(results) / "metrics.csv")
         if frame is None or frame.empty:
             continue
+        if "evaluation" not in frame:
+            frame["evaluation"] = "full"
+        frame = frame[frame["evaluation"].isin(kinds)].copy()
         for key, value in identity(job).items():
             frame[key] = value
         frames.append(frame)

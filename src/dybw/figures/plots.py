@@ -97,6 +97,7 @@ def _seed_band(frame: pd.DataFrame, x: str, y: str, points: int = 200):
 
 def _curves(ax, frame, x, y, labels, colors, dash="-", legend_suffix=""):
     handles = []
+    frame = frame[frame[y].notna()]  # the evaluations that compute y (train_loss: the full ones)
     for label in labels:
         rows = frame[frame["label"] == label]
         if rows.empty:
@@ -177,7 +178,7 @@ def convergence(ctx: Context) -> Drawn:
     )
     caption = (
         f"Lines: mean over {seeds}; bands: +-1 standard deviation across seeds.{overlap} The average model "
-        f"xbar = mean_j x_j is evaluated every {plain['eval_every']} iterations. Setup: "
+        f"{style.describe_evaluation(plain)}. Setup: "
         f"{style.describe_clock(plain, topology)}; {style.describe_training(plain)}. cb-Static's b is "
         f"clamped per worker to at most d_j-1. Every algorithm sees the same delays and minibatches per seed. "
         f"Source: training runs (local backend, virtual clock), {_source(ctx, jobs)}."
@@ -504,7 +505,8 @@ def speedup(ctx: Context) -> Drawn:
     )
     caption = (
         f"Iterations and virtual time until the average model's test accuracy first reaches "
-        f"{plain['target_accuracy']:g} (evaluated every {plain['eval_every']} iterations), mean +- std over "
+        f"{plain['target_accuracy']:g} ({style.describe_resolution(frame.get('target_resolution', []))}), "
+        f"mean +- std over "
         f"{style.seeds_text(frame['seed'].unique())}; {reached}/{total} runs reached it. Slopes: least-squares "
         f"log-log slope per seed, averaged (slope -1 = linear speed-up); legend: slopes of (a); slopes of (b): "
         f"{time_slopes or 'n/a'}. Dotted: linear speed-up from the smallest N. Step sizes for N = "

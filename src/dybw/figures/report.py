@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..results import atomic_write_json, atomic_write_text
-from . import analysis, load
+from . import analysis, load, style
 from .analysis import DYBW, fmt_pm
 from .plots import Context, _dataset_name
 from .specs import Spec, run_py_commands
@@ -760,6 +760,19 @@ SECTIONS = [section_floor, section_min_neighbors, section_baselines]
 # --- the file --------------------------------------------------------------------------------------------
 
 
+def _target_note(ctx: Context) -> str:
+    """How iterations and time to target were measured, from the runs' ``target_resolution``."""
+    trained = ctx.summaries([j for j in ctx.jobs if j.kind == "train"])
+    resolutions = trained.get("target_resolution", [])
+    return (
+        "Iterations and time to target are those of the first iteration at which the average model's test "
+        "accuracy reaches the target: "
+        + style.describe_resolution(resolutions)
+        + " (each run's `summary.json`, `target_resolution`; the evaluation that first reaches the target "
+        "replays the iterations since the one before it and scores the test set after each: docs/figures.md)."
+    )
+
+
 def build(ctx: Context, specs: dict[str, Spec], quick: bool, base_command: str) -> tuple[str, dict]:
     ctx.missing = []
     claims = [f(ctx) for f in CLAIMS]
@@ -772,6 +785,8 @@ def build(ctx: Context, specs: dict[str, Spec], quick: bool, base_command: str) 
         "standard deviation over seeds; comparisons with cb-Full are paired by seed, i.e. same delays and "
         "minibatches). Do not edit: rerun the command."
         + (" **Quick mode: tiny synthetic runs, not the paper's setting.**" if quick else ""),
+        "",
+        _target_note(ctx),
         "",
         "| claim | the paper says | our figure | our number | verdict |",
         "|---|---|---|---|---|",

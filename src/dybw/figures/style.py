@@ -187,6 +187,27 @@ def describe_training(plain: dict, step: bool = True) -> str:
     )
 
 
+def describe_evaluation(plain: dict) -> str:
+    """When the average model is scored, from a job's config (dybw.evaluation)."""
+    every, nth = plain["eval_every"], plain["evaluation"]["full_every_evals"]
+    if nth == 1:
+        return f"xbar = mean_j x_j is evaluated every {every} iterations"
+    return (
+        f"xbar = mean_j x_j is evaluated on the test set every {every} iterations and on the training set "
+        f"too every {every * nth} (and at the last iteration)"
+    )
+
+
+def describe_resolution(resolutions) -> str:
+    """How finely time to target was resolved over some runs (summary.json's ``target_resolution``)."""
+    values = sorted({int(r) for r in resolutions if r == r and r is not None})
+    if not values:
+        return "no run reached it"
+    if values == [1]:
+        return "resolved to the iteration"
+    return f"resolved to {values[-1]} iterations or better"
+
+
 def describe_clock(plain: dict, topology: dict | None = None) -> str:
     s, protocol = plain["straggler"], plain["protocol"]
     if protocol["sync"] == "free":

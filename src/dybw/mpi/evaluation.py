@@ -4,7 +4,9 @@ Every rank counts its workers' right test predictions; rank 0 gathers the counts
 (back in worker order) and averages the parameters; every rank receives ``xbar`` and sums the losses and
 right predictions over its share of the evaluation chunks (``trainer.StackedTrainer.chunk_sums``); rank 0
 adds the shares up in chunk order.  The chunk sums are the local backend's bits, so the metrics are too,
-and each rank does about ``1/R`` of an evaluation's work.
+and each rank does about ``1/R`` of an evaluation's work.  A light evaluation or a probe
+(:mod:`dybw.evaluation`) shares the test set's chunks only and counts nothing; rank 0's decision to
+replay the interval in which the target was reached reaches the other ranks by :meth:`share_flag`.
 """
 
 from __future__ import annotations
@@ -56,13 +58,14 @@ class SharedEvaluation:
         self._wait([self.comm.Ibcast(buffer, root=0)])
         return buffer
 
-    def evaluation_chunks(self) -> np.ndarray:
-        """This rank's contiguous share of the chunks."""
-        return np.array_split(np.arange(self.trainer.num_chunks), self.comm.size)[self.comm.rank]
+    def my_chunks(self, chunks: np.ndarray) -> np.ndarray:
+        """This rank's contiguous share of the evaluation's ``chunks``."""
+        return np.array_split(chunks, self.comm.size)[self.comm.rank]
 
     def gather_chunk_sums(self, chunks: np.ndarray, sums: np.ndarray) -> np.ndarray | None:
-        """Every chunk's sums on rank 0.  Each entry is non-zero on one rank only, so the MPI sum of the
-        ranks' arrays is exact (``x + 0 = x``) in whatever order MPI adds them."""
+        """Every chunk's sums on rank 0 (zero for chunks nobody summed).  Each entry is non-zero on one
+        rank only, so the MPI sum of the ranks' arrays is exact (``x + 0 = x``) in whatever order MPI adds
+        them."""
         from mpi4py import MPI
 
         mine = np.zeros((self.trainer.num_chunks, 2))
@@ -70,3 +73,9 @@ class SharedEvaluation:
         total = np.empty_like(mine) if self.comm.rank == 0 else None
         self._wait([self.comm.Ireduce(mine, total, op=MPI.SUM, root=0)])
         return total
+
+    def share_flag(self, flag: bool) -> bool:
+        """Rank 0's ``flag`` on every rank."""
+        buffer = np.array([1 if flag and self.comm.rank == 0 else 0], np.int32)
+        self._wait([self.comm.Ibcast(buffer, root=0)])
+        return bool(buffer[0])

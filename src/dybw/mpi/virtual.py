@@ -16,6 +16,8 @@ writes every result file.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 
 from ..engine import IterationEngine
@@ -64,6 +66,15 @@ class MpiVirtualEngine(SharedEvaluation, IterationEngine):
         if self.on_iteration is not None:
             self.on_iteration(self._iteration)
         return losses.numpy()
+
+    @contextmanager
+    def _replaying(self, iteration: int):
+        """Replayed steps exchange under their own iteration's number, as every rank replays them."""
+        current, self._iteration = self._iteration, iteration
+        try:
+            yield
+        finally:
+            self._iteration = current
 
     def restore(self, state) -> int:
         self._iteration = super().restore(state)  # message tags and heartbeats go on from there

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..engine import IterationEngine
 from ..errors import Diverged
+from ..evaluation import evaluation_kind
 from ..mixing import mixing_matrices
 from .evaluation import SharedEvaluation
 
@@ -210,7 +211,7 @@ class WallClockEngine(SharedEvaluation, IterationEngine):
             self.trainer.params = tf.constant(x[None])
             if self.on_iteration is not None:
                 self.on_iteration(k + 1)
-            if (k + 1) % cfg.eval_every == 0 or k + 1 == iterations:
+            if evaluation_kind(cfg, k + 1) is not None:  # no probes: a measured run cannot be replayed
                 self._evaluate_and_report(k + 1, None, float(lrs[k]), record, k + 1, on_evaluation, started, first_bad)
             if on_progress is not None and self.me == 0:
                 on_progress(k + 1, float(record[k, 5]))
