@@ -27,6 +27,7 @@ NEEDS = {
     ("topology", "custom"): ["num_workers=4"],  # its example edge list covers workers 0..3
     ("topology", "random_regular"): ["num_workers=6"],  # d = 4 needs more than 4 workers
     ("straggler", "trace"): ["num_workers=16"],  # the example trace has 16 workers
+    ("algo", "ad_psgd"): ["runner=local"],  # the event engine: runner=mpi (the default) lacks it
 }
 
 # TINY without its synthetic dataset: what fits any dataset.
