@@ -181,20 +181,23 @@ class StackedTrainer:
         events are split into calls.  Each branch returns only the rows it changes.
         """
         tf = self.tf
+        # tf.gather, never ``tensor[index]``: XLA's strided slice wants constant bounds, which would make
+        # the compiled program depend on the values of ``workers`` (recompiled for every chunk).
+        take = tf.gather
 
         def body(e, rows, pending, losses):
-            i, j = workers[e], partners[e]
+            i, j = take(workers, e), take(partners, e)
 
             def average():
-                mean = (rows[i] + rows[j]) * 0.5  # exactly (x_i + x_j) / 2: halving is exact in binary
-                return mean, j, mean, pending[i], tf.constant(0.0)
+                mean = (take(rows, i) + take(rows, j)) * 0.5  # exactly (x_i + x_j) / 2: halving is exact
+                return mean, j, mean, take(pending, i), tf.constant(0.0)
 
             def step():
-                row = rows[i] - lrs[e] * pending[i]
-                gradient, loss = self._gradient(row, batches[e])
+                row = take(rows, i) - take(lrs, e) * take(pending, i)
+                gradient, loss = self._gradient(row, take(batches, e))
                 return row, i, row, gradient, loss
 
-            row_i, other, row_other, gradient_i, loss = tf.cond(kinds[e] == self.AVERAGE, average, step)
+            row_i, other, row_other, gradient_i, loss = tf.cond(take(kinds, e) == self.AVERAGE, average, step)
             rows = tf.tensor_scatter_nd_update(rows, [[i]], row_i[None])
             rows = tf.tensor_scatter_nd_update(rows, [[other]], row_other[None])
             pending = tf.tensor_scatter_nd_update(pending, [[i]], gradient_i[None])
