@@ -34,6 +34,7 @@ NEEDS = {
     ("model", "keras"): ["model.factory=keras_factories:small_net"],  # a user's factory (tests/keras_factories.py)
     ("experiment", "cnn_mnist"): ["eval_every=2"],
     ("experiment", "cnn_cifar10"): ["eval_every=2"],
+    ("algo", "ad_psgd"): ["runner=local"],  # the event engine: runner=mpi (the default) lacks it
 }
 # Options whose tiny run trains a CNN on a real dataset: tens of seconds each.
 SLOW = {("model", "lenet5"), ("model", "cnn"), ("experiment", "cnn_mnist"), ("experiment", "cnn_cifar10")}

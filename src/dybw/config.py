@@ -288,6 +288,7 @@ def validate(cfg: RunConfig):
     algorithm.build(cfg.algo, graph.degrees)  # the algorithm's own checks (a b no worker can honour)
     _check_stragglers(cfg, graph)
     RUNNERS[cfg.runner.name].check(cfg, algorithm)
+    algorithm.check_options(cfg)  # last: a note on an option the algorithm ignores is for a valid config only
     return graph
 
 

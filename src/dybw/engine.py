@@ -1,5 +1,8 @@
 """The iteration engine: every worker's k-th step belongs to iteration k, the virtual clock times it.
 
+:class:`Engine` is what every engine shares (the evaluations); :class:`IterationEngine` is the lock-step
+and free engine of the stop policies, :class:`dybw.event_engine.EventEngine` the asynchronous one.
+
 Per iteration k (ATC; CTA swaps the two lines)::
 
     Y = X - eta(k) * G(X)        every hosted worker's minibatch gradient step (trainer.StackedTrainer)
@@ -131,6 +134,10 @@ class Timeline:
     def mean_backups(self) -> float:
         return float(self.columns["backups"][: self.done].mean()) if self.done else float("nan")
 
+    def iteration_backups(self, first: int, last: int) -> np.ndarray:
+        """``[last - first, N]``: the backup counts of iterations ``first .. last-1`` (what a tracker logs)."""
+        return self.columns["backups"][first:last]
+
 
 @dataclass
 class RunOutcome:
@@ -148,51 +155,27 @@ class EvaluationCost:
     target_replayed_iterations: int = 0
 
 
-class IterationEngine:
-    """Runs one job: schedule chunks, TF steps, evaluations, timeline; reports via callbacks.
+class Engine:
+    """What every engine shares: its trainer (:attr:`trainer`) and timeline (:attr:`timeline`), and the
+    evaluation of the average model.
 
-    The MPI backends subclass it and replace where the mixing reads its rows (:meth:`_source_positions`),
-    how a step is taken (:meth:`_step`), how divergence is agreed on (:meth:`_first_non_finite`), and
-    how an evaluation is shared: the parameters and counts gathered (:meth:`gather_params`,
-    :meth:`gather_counts`), the average model sent out (:meth:`share_average`), the samples split
-    (:meth:`my_chunks`) and their sums gathered (:meth:`gather_chunk_sums`), and the evaluating process's
-    decisions made known (:meth:`share_flag`, :meth:`_replaying` for the replay of the target's interval).
+    An engine runs one job: ``run(on_evaluation, on_progress, on_checkpoint, resume_from)``.  Its
+    timeline has ``done`` (iterations, or iterations' worth of local steps, recorded), ``end[k]`` (the
+    time iteration k ended), ``mean_duration()``, ``mean_backups()``, ``iteration_backups(first, last)``
+    and ``truncated()`` (the columns :meth:`dybw.results.ResultsWriter.write_timeline` writes).
+
+    A distributed backend replaces how an evaluation is shared: the parameters and counts gathered
+    (:meth:`gather_params`, :meth:`gather_counts`), the average model sent out (:meth:`share_average`),
+    the samples split (:meth:`my_chunks`) and their sums gathered (:meth:`gather_chunk_sums`), and the
+    evaluating process's decisions made known (:meth:`share_flag`).
     """
 
     checkpointed = True  # writes a checkpoint after each evaluation (a resumed run equals an uninterrupted one)
+    trainer: StackedTrainer
+    cost: EvaluationCost  # where the evaluation time went (summary.json)
 
-    def __init__(self, cfg, graph, dataset, network, workers=None):
-        self.cfg = cfg
-        self.workers = np.arange(cfg.num_workers) if workers is None else np.asarray(workers)
-        self.schedule = Schedule(cfg, graph, dataset.shards, self.workers)
-        self.sources = mixing_sources(graph.adjacency)[self.workers]  # [M, S] global worker ids
-        use_threads(cfg.runner.threads)
-        self.trainer = StackedTrainer(
-            network,
-            dataset,
-            cfg.algo.update,
-            cfg.model.weight_decay,
-            network.initial_params(cfg.model_seed),
-            len(self.workers),
-            self._source_positions(),
-        )
-        self.timeline = Timeline(cfg.iterations, cfg.num_workers, graph.degrees)
-        self.cost = EvaluationCost()
-        self.target_reached = False  # a scheduled evaluation reached the target (no more probing)
-
-    # -- the parts a distributed backend replaces -------------------------------------------------
-    def _source_positions(self) -> np.ndarray:
-        """Where each hosted row's mixing sources are in the trainer's buffers (here: every row of ``Y``)."""
-        return self.sources
-
-    def _step(self, batches, lr, weights, chunk: ScheduleChunk, t: int) -> np.ndarray:
-        """One iteration of the hosted workers; returns their local losses."""
-        return self.trainer.step(batches, lr, weights)
-
-    def _first_non_finite(self, losses: np.ndarray) -> int | None:
-        """The first worker (global id) whose loss is NaN/inf, or None."""
-        bad = self.workers[~np.isfinite(losses)]
-        return int(bad.min()) if len(bad) else None
+    def run(self, on_evaluation, on_progress=None, on_checkpoint=None, resume_from=None) -> RunOutcome:
+        raise NotImplementedError
 
     def gather_params(self):
         """Every worker's parameters ``[N, P]`` where evaluations happen (None on other processes)."""
@@ -220,12 +203,6 @@ class IterationEngine:
     def share_flag(self, flag: bool) -> bool:
         """The evaluating process's ``flag`` on every process."""
         return bool(flag)
-
-    @contextmanager
-    def _replaying(self, iteration: int):
-        """Inside, the steps re-run iterations ``iteration + 1, ...`` (the MPI engine numbers its messages by
-        iteration); afterwards the run goes on where it was."""
-        yield
 
     def _evaluate(self, kind: str = FULL) -> dict | None:
         """Evaluation metrics of ``kind`` (:mod:`dybw.evaluation`; None on processes that do not evaluate).
@@ -283,6 +260,55 @@ class IterationEngine:
             mean_backups=self.timeline.mean_backups(),
         )
         return row
+
+
+class IterationEngine(Engine):
+    """Runs one job: schedule chunks, TF steps, evaluations, timeline; reports via callbacks.
+
+    The MPI backends subclass it and replace where the mixing reads its rows (:meth:`_source_positions`),
+    how a step is taken (:meth:`_step`), how divergence is agreed on (:meth:`_first_non_finite`), how
+    an evaluation is shared (:class:`Engine`), and what replaying the target's interval means to them
+    (:meth:`_replaying`).
+    """
+
+    def __init__(self, cfg, graph, dataset, network, workers=None):
+        self.cfg = cfg
+        self.workers = np.arange(cfg.num_workers) if workers is None else np.asarray(workers)
+        self.schedule = Schedule(cfg, graph, dataset.shards, self.workers)
+        self.sources = mixing_sources(graph.adjacency)[self.workers]  # [M, S] global worker ids
+        use_threads(cfg.runner.threads)
+        self.trainer = StackedTrainer(
+            network,
+            dataset,
+            cfg.algo.update,
+            cfg.model.weight_decay,
+            network.initial_params(cfg.model_seed),
+            len(self.workers),
+            self._source_positions(),
+        )
+        self.timeline = Timeline(cfg.iterations, cfg.num_workers, graph.degrees)
+        self.cost = EvaluationCost()
+        self.target_reached = False  # a scheduled evaluation reached the target (no more probing)
+
+    # -- the parts a distributed backend replaces -------------------------------------------------
+    def _source_positions(self) -> np.ndarray:
+        """Where each hosted row's mixing sources are in the trainer's buffers (here: every row of ``Y``)."""
+        return self.sources
+
+    def _step(self, batches, lr, weights, chunk: ScheduleChunk, t: int) -> np.ndarray:
+        """One iteration of the hosted workers; returns their local losses."""
+        return self.trainer.step(batches, lr, weights)
+
+    def _first_non_finite(self, losses: np.ndarray) -> int | None:
+        """The first worker (global id) whose loss is NaN/inf, or None."""
+        bad = self.workers[~np.isfinite(losses)]
+        return int(bad.min()) if len(bad) else None
+
+    @contextmanager
+    def _replaying(self, iteration: int):
+        """Inside, the steps re-run iterations ``iteration + 1, ...`` (the MPI engine numbers its messages by
+        iteration); afterwards the run goes on where it was."""
+        yield
 
     def _reached(self, row: dict | None) -> bool:
         """Whether the evaluating process's ``row`` reaches the target, on every process."""

@@ -155,7 +155,7 @@ def _on_evaluation(run: JobRun, row: dict) -> None:
     if run.tracker is not None:
         done = engine.timeline.done
         run.tracker.log_iterations(
-            run.logged, engine.timeline.end[run.logged : done], engine.timeline.columns["backups"][run.logged : done]
+            run.logged, engine.timeline.end[run.logged : done], engine.timeline.iteration_backups(run.logged, done)
         )
         run.logged = done
         run.tracker.log_evaluation(row)

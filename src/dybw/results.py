@@ -1,8 +1,9 @@
 """The results contract: what a job writes into its directory, atomically (README: what a run writes).
 
-``metrics.csv`` (one row per evaluation), ``timeline.parquet`` (one row per worker per iteration),
-``topology.json`` and ``summary.json``.  Every file is written to a temporary name in the same
-directory and renamed into place, so a reader (or a killed job) never sees half a file.
+``metrics.csv`` (one row per evaluation), ``timeline.parquet`` (one row per worker per iteration, or per
+local step for an asynchronous algorithm), ``topology.json`` and ``summary.json``.  Every file is written
+to a temporary name in the same directory and renamed into place, so a reader (or a killed job) never
+sees half a file.
 """
 
 from __future__ import annotations
@@ -315,17 +316,27 @@ class ResultsWriter:
         atomic_write_text(self.job_dir / "metrics.csv", "\n".join(lines) + "\n")
 
     def write_timeline(self, columns: dict[str, np.ndarray]) -> None:
-        """``columns`` maps each of TIMELINE_COLUMNS except iteration/worker to a ``[K, N]`` array."""
+        """``timeline.parquet`` from one of two layouts:
+
+        - iterations: each of TIMELINE_COLUMNS except iteration/worker a ``[K, N]`` array (row (k, j));
+        - steps: every column a 1-D array, one entry per row, ``iteration`` and ``worker`` included (the
+          event engine: a worker's own step index, workers with different step counts); columns beyond
+          TIMELINE_COLUMNS (e.g. ``partner``, ``average``) follow them.
+        """
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        iterations, workers = columns["start"].shape
-        table = {
-            "iteration": np.repeat(np.arange(iterations, dtype=np.int64), workers),
-            "worker": np.tile(np.arange(workers, dtype=np.int32), iterations),
-        }
-        for name in TIMELINE_COLUMNS[2:]:
-            table[name] = np.ascontiguousarray(columns[name]).reshape(-1)
+        if np.ndim(columns["start"]) == 1:
+            table = {name: np.asarray(columns[name]) for name in TIMELINE_COLUMNS}
+            table.update({name: np.asarray(values) for name, values in columns.items() if name not in table})
+        else:
+            iterations, workers = columns["start"].shape
+            table = {
+                "iteration": np.repeat(np.arange(iterations, dtype=np.int64), workers),
+                "worker": np.tile(np.arange(workers, dtype=np.int32), iterations),
+            }
+            for name in TIMELINE_COLUMNS[2:]:
+                table[name] = np.ascontiguousarray(columns[name]).reshape(-1)
         _atomic_write(self.job_dir / "timeline.parquet", lambda tmp: pq.write_table(pa.table(table), tmp))
 
     def write_summary(self, summary: dict) -> None:

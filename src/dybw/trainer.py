@@ -2,8 +2,9 @@
 
 :class:`StackedTrainer` holds the hosted workers' stacked parameters and compiles what runs on them:
 the local steps (one worker at a time inside one XLA program), the mixing of each row with its
-neighbours' rows, and the evaluation sums.  It knows nothing of time: the engines (:mod:`.engine`,
-:mod:`.mpi`) tell it which weights, minibatches and learning rates each iteration uses.
+neighbours' rows, the asynchronous events of gossip (:meth:`StackedTrainer.run_events`), and the
+evaluation sums.  It knows nothing of time: the engines (:mod:`.engine`, :mod:`.event_engine`,
+:mod:`.mpi`) tell it which weights, minibatches and learning rates each iteration or event uses.
 
 A network whose ``jit_compile`` is false (Keras models by default: XLA's CPU convolutions are far slower
 than TensorFlow's own kernels) runs its local steps and evaluation sums as TensorFlow graphs instead --
@@ -33,17 +34,19 @@ class StackedTrainer:
         self,
         network,
         dataset,
-        update: str,
+        update: str | None,
         weight_decay: float,
         initial: np.ndarray,
         num_workers: int,
-        sources: np.ndarray,
+        sources: np.ndarray | None,
     ):
+        """``update`` (``atc``/``cta``) and ``sources`` are the iteration step's; None for an engine without
+        one (the event engine: :meth:`run_events`)."""
         tf = self.tf = import_tensorflow()
         self.network = network
         self.weight_decay = float(weight_decay)
         # [M, S]: where row j's mixing sources are -- rows of Y, then rows received from other processes.
-        self.sources = tf.constant(np.asarray(sources, dtype=np.int32))
+        self.sources = None if sources is None else tf.constant(np.asarray(sources, dtype=np.int32))
         self.hosted = int(num_workers)
         # Variables, not constants: XLA would otherwise embed the whole dataset in the compiled program.
         self.x_train = tf.Variable(dataset.x_train, trainable=False)
@@ -52,10 +55,11 @@ class StackedTrainer:
         self.y_test = tf.Variable(dataset.y_test.astype(np.int32), trainable=False)
         self.params = tf.constant(np.tile(initial[None, :], (num_workers, 1)))
         self.jit = bool(getattr(network, "jit_compile", True))
-        step = self._adapt_then_combine if update == "atc" else self._combine_then_adapt
-        # One XLA program for the whole step when the network compiles well; else the step and the mixing
-        # as two programs, exactly as the MPI backends run them.
-        self._step = tf.function(step, jit_compile=True) if self.jit else step
+        if update is not None:  # None: an event engine, which takes no synchronous steps
+            step = self._adapt_then_combine if update == "atc" else self._combine_then_adapt
+            # One XLA program for the whole step when the network compiles well; else the step and the
+            # mixing as two programs, exactly as the MPI backends run them.
+            self._step = tf.function(step, jit_compile=True) if self.jit else step
         self._adapt = tf.function(self._adapted, jit_compile=self.jit)
         self._mix = tf.function(self._mixed, jit_compile=True)
         self._average = tf.function(self._average_and_consensus, jit_compile=True)
@@ -112,12 +116,17 @@ class StackedTrainer:
 
         def worker(args):
             row, batch = args
-            with tf.GradientTape() as tape:
-                tape.watch(row)
-                loss = self._local_loss(row, batch)
-            return row - lr * tape.gradient(loss, row), loss
+            gradient, loss = self._gradient(row, batch)
+            return row - lr * gradient, loss
 
         return tf.map_fn(worker, (params, indices), fn_output_signature=(tf.float32, tf.float32))
+
+    def _gradient(self, row, indices):
+        """``(grad f_j(x_j; batch_j), f_j(x_j; batch_j))`` of one worker's row ``[P]`` and batch ``[B]``."""
+        with self.tf.GradientTape() as tape:
+            tape.watch(row)
+            loss = self._local_loss(row, indices)
+        return tape.gradient(loss, row), loss
 
     def _mixed(self, weights, rows, received=None):
         """``x_j = sum_s w_js y_{sources_js}``, ``s`` ascending: row j of ``W @ Y`` (``mixing.gathered_weights``).
@@ -171,6 +180,69 @@ class StackedTrainer:
         """The hosted rows of ``W @ Y`` (:meth:`_mixed`) from the hosted ``rows`` and the ``received`` ones:
         what the local step ends (ATC) or starts (CTA) with, the same sums, compiled alone."""
         return self._mix(weights, rows, received)
+
+    # Kinds of the events :meth:`run_events` applies.
+    AVERAGE, STEP = 0, 1
+
+    def _events(self, params, gradients, kinds, workers, partners, lrs, batches, count):
+        """Apply events ``0..count-1`` in order to the rows ``X`` (``params``) and the gradients in flight
+        ``G`` (``gradients``), both ``[N, P]``; returns ``(X, G, losses [E])``.  Event e of worker
+        ``i = workers[e]``:
+
+        - ``AVERAGE``: ``x_i, x_j <- (x_i + x_j) / 2`` with ``j = partners[e]``;
+        - ``STEP``: ``x_i <- x_i - lrs[e] g_i``, then ``g_i <- grad f_i(x_i; batches[e])`` (the gradient of
+          the step that starts now) and ``losses[e] = f_i(x_i; batches[e])``.
+
+        One event at a time, in a loop inside one XLA program: a gradient is :meth:`_gradient`, the
+        same computation whichever events precede it and however many share the program (the arrays
+        have a fixed capacity ``E``; ``count`` of them are used), so the bits never depend on how the
+        events are split into calls.  Each branch returns only the rows it changes.
+        """
+        tf = self.tf
+        # tf.gather, never ``tensor[index]``: XLA's strided slice wants constant bounds, which would make
+        # the compiled program depend on the values of ``workers`` (recompiled for every chunk).
+        take = tf.gather
+
+        def body(e, rows, pending, losses):
+            i, j = take(workers, e), take(partners, e)
+
+            def average():
+                mean = (take(rows, i) + take(rows, j)) * 0.5  # exactly (x_i + x_j) / 2: halving is exact
+                return mean, j, mean, take(pending, i), tf.constant(0.0)
+
+            def step():
+                row = take(rows, i) - take(lrs, e) * take(pending, i)
+                gradient, loss = self._gradient(row, take(batches, e))
+                return row, i, row, gradient, loss
+
+            row_i, other, row_other, gradient_i, loss = tf.cond(take(kinds, e) == self.AVERAGE, average, step)
+            rows = tf.tensor_scatter_nd_update(rows, [[i]], row_i[None])
+            rows = tf.tensor_scatter_nd_update(rows, [[other]], row_other[None])
+            pending = tf.tensor_scatter_nd_update(pending, [[i]], gradient_i[None])
+            losses = tf.tensor_scatter_nd_update(losses, [[e]], loss[None])
+            return e + 1, rows, pending, losses
+
+        start = (tf.constant(0), params, gradients, tf.zeros(tf.shape(kinds), tf.float32))
+        _, params, gradients, losses = tf.while_loop(lambda e, *_: e < count, body, start)
+        return params, gradients, losses
+
+    def run_events(self, gradients, kinds, workers, partners, lrs, batches, count: int):
+        """Apply ``count`` events (:meth:`_events`) to :attr:`params` and ``gradients`` (``[N, P]``, the
+        gradients in flight); returns the new gradients and the events' losses ``[count]``."""
+        if not hasattr(self, "_run_events"):
+            self._run_events = self.tf.function(self._events, jit_compile=self.jit)
+        tf = self.tf
+        self.params, gradients, losses = self._run_events(
+            self.params,
+            gradients,
+            tf.constant(kinds),
+            tf.constant(workers),
+            tf.constant(partners),
+            tf.constant(lrs),
+            tf.constant(batches),
+            tf.constant(count, dtype=tf.int32),
+        )
+        return gradients, losses.numpy()[:count]
 
     def _average_and_consensus(self, params):
         """``xbar = mean_j x_j``, the consensus distance ``mean_j ||x_j - xbar||^2``, and whether X is finite."""

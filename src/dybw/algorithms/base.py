@@ -5,12 +5,14 @@ An algorithm is chosen by ``algo.name``; :data:`ALGORITHMS` finds its class.  Th
 - ``Config``: the dataclass of its keys (those of :class:`AlgoConfig` plus its own, e.g. ``b``), whose
   defaults live in ``conf/algo/<name>.yaml``;
 - ``label`` / :meth:`label_for` and ``color``: how figures and tables name and draw it;
-- ``engine``: which engine runs it (``iteration``: every worker's k-th step belongs to iteration k, the
-  lock-step or free virtual clock decides the timing);
+- ``engine``: which engine runs it (:data:`ENGINES`: ``iteration``, every worker's k-th step belongs to
+  iteration k and the lock-step or free virtual clock decides the timing; ``event``, asynchronous steps
+  processed in virtual-time order);
 - ``clocks``: the clocks it runs on (``virtual``; ``wall``: MPI ranks with real delays);
-- :meth:`check`: the checks that need the graph (a ``b`` no worker can honour).
+- :meth:`check`: the checks that need the graph (a ``b`` no worker can honour); :meth:`check_options`:
+  those that need the whole config (an option the algorithm does not use).
 
-The stop policies (:class:`StopPolicy`) are the algorithms of the paper.
+The stop policies (:class:`StopPolicy`) are the algorithms of the paper; :mod:`.ad_psgd` is asynchronous.
 """
 
 from __future__ import annotations
@@ -30,6 +32,12 @@ from ..registry import Registry
 from ..schema import Choice, Finite, Range
 
 ALGORITHMS = Registry("algo", "algorithm")
+
+# What each engine is, for messages (a runner that lacks an engine names it and what it does).
+ENGINES = {
+    "iteration": "every worker's k-th step belongs to iteration k",
+    "event": "asynchronous steps in virtual-time order, no common iterations",
+}
 
 
 @dataclass
@@ -63,6 +71,10 @@ class Algorithm:
     @classmethod
     def check(cls, config, graph) -> None:
         """Checks of ``config`` that need the graph; a value no worker can honour is a ConfigError."""
+
+    @classmethod
+    def check_options(cls, cfg) -> None:
+        """Checks of the whole run config ``cfg`` (e.g. an option outside ``algo`` it does not use)."""
 
     @classmethod
     def label_for(cls, params: Mapping) -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, ClassVar
 
+from ..algorithms import ENGINES
 from ..errors import ConfigError
 from ..registry import Registry
 from ..results import NUMERIC_RUNNER_KEYS, completed_before
@@ -52,10 +53,13 @@ class Runner:
             hint = f" (the {cfg.runner.clock} clock needs runner={'|'.join(others)})" if others else ""
             raise ConfigError("runner.clock", cfg.runner.clock, f"choose one of: {', '.join(cls.clocks)}{hint}")
         if algorithm.engine not in cls.engines:
+            others = [name for name, runner in RUNNERS.items() if algorithm.engine in runner.engines]
+            hint = f": use runner={'|'.join(others)}" if others else ""
             raise ConfigError(
                 "runner",
                 cls.name,
-                f"algo={algorithm.name} runs on its {algorithm.engine} engine, which runner={cls.name} lacks",
+                f"algo={algorithm.name} runs on the {algorithm.engine} engine ({ENGINES[algorithm.engine]}), "
+                f"which runner={cls.name} lacks (it runs the {', '.join(cls.engines)} engine){hint}",
             )
         if cfg.runner.clock not in algorithm.clocks:
             raise ConfigError(
