@@ -82,15 +82,20 @@ class Schedule:
 
 
 class Timeline:
-    """Per worker, per iteration times and used counts, filled chunk by chunk."""
+    """Per worker, per iteration times and used counts, and per directed link whether it was used, filled
+    chunk by chunk.  ``extra`` holds columns a backend adds (the wall clock's measurements)."""
 
-    def __init__(self, iterations: int, num_workers: int, degrees: np.ndarray):
+    def __init__(self, iterations: int, num_workers: int, degrees: np.ndarray, links: np.ndarray | None = None):
         self.degrees = degrees
         self.columns = {
             name: np.full((iterations, num_workers), np.nan) for name in ("start", "ready", "stop", "finish")
         }
         self.columns["used"] = np.zeros((iterations, num_workers), dtype=np.int32)
         self.columns["backups"] = np.zeros((iterations, num_workers), dtype=np.int32)
+        self.extra: dict[str, np.ndarray] = {}
+        self.links = np.zeros((0, 2), dtype=np.int64) if links is None else np.asarray(links, dtype=np.int64)
+        # used_links[k, l]: link l's sender is in its receiver's S_j(k) (the used set itself, not only its size)
+        self.link_columns = {"used": np.zeros((iterations, len(self.links)), dtype=bool)}
         self.end = np.full(iterations, np.nan)
         self.done = 0  # iterations recorded
 
@@ -102,11 +107,19 @@ class Timeline:
         used = timing.used_count[:count]
         self.columns["used"][rows] = used
         self.columns["backups"][rows] = self.degrees[None, :] - used
+        if len(self.links):
+            self.link_columns["used"][rows] = timing.used[:count]
         self.end[rows] = timing.end[:count]
         self.done = timing.first + count
 
     def truncated(self) -> dict:
         return {name: values[: self.done] for name, values in self.columns.items()}
+
+    def write(self, writer) -> None:
+        """``timeline.parquet`` (with the extra columns) and ``links.parquet`` of the iterations done."""
+        writer.write_timeline({**self.truncated(), **{name: v[: self.done] for name, v in self.extra.items()}})
+        if len(self.links):
+            writer.write_links(self.links, {name: v[: self.done] for name, v in self.link_columns.items()})
 
     def mean_duration(self) -> float:
         """``E(K-1) / K`` over the iterations done so far."""
@@ -149,7 +162,7 @@ class IterationEngine:
             len(self.workers),
             self._source_positions(),
         )
-        self.timeline = Timeline(cfg.iterations, cfg.num_workers, graph.degrees)
+        self.timeline = Timeline(cfg.iterations, cfg.num_workers, graph.degrees, graph.directed_links())
 
     # -- the parts a distributed backend replaces -------------------------------------------------
     def _source_positions(self) -> np.ndarray:
@@ -243,6 +256,7 @@ class IterationEngine:
         """
         done = chunk.timing.first + t + 1
         state = {f"timeline_{name}": values[:done] for name, values in self.timeline.columns.items()}
+        state["links_used"] = self.timeline.link_columns["used"][:done]
         state.update({f"clock_{key}": value for key, value in self.schedule.clock.state_after(chunk.timing, t).items()})
         state.update(iteration=done, params=np.asarray(self.evaluated_params), timeline_end=self.timeline.end[:done])
         return state
@@ -258,6 +272,8 @@ class IterationEngine:
         for name, values in self.timeline.columns.items():
             values[:done] = state[f"timeline_{name}"]
         self.timeline.end[:done] = state["timeline_end"]
+        if "links_used" in state:  # a checkpoint from before the used links were recorded leaves them unknown
+            self.timeline.link_columns["used"][:done] = state["links_used"]
         self.timeline.done = done
         return done
 

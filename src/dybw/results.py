@@ -1,7 +1,8 @@
 """The results contract: what a job writes into its directory, atomically (README: what a run writes).
 
 ``metrics.csv`` (one row per evaluation), ``timeline.parquet`` (one row per worker per iteration),
-``topology.json`` and ``summary.json``.  Every file is written to a temporary name in the same
+``links.parquet`` (one row per directed link per iteration: who used whom), ``topology.json`` and
+``summary.json``.  Every file is written to a temporary name in the same
 directory and renamed into place, so a reader (or a killed job) never sees half a file.
 """
 
@@ -290,7 +291,8 @@ class ResultsWriter:
         atomic_write_text(self.job_dir / "metrics.csv", "\n".join(lines) + "\n")
 
     def write_timeline(self, columns: dict[str, np.ndarray]) -> None:
-        """``columns`` maps each of TIMELINE_COLUMNS except iteration/worker to a ``[K, N]`` array."""
+        """``columns`` maps each of TIMELINE_COLUMNS except iteration/worker to a ``[K, N]`` array; any other
+        ``[K, N]`` column (a backend's own measurements) follows them."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -299,9 +301,27 @@ class ResultsWriter:
             "iteration": np.repeat(np.arange(iterations, dtype=np.int64), workers),
             "worker": np.tile(np.arange(workers, dtype=np.int32), iterations),
         }
-        for name in TIMELINE_COLUMNS[2:]:
+        names = [*TIMELINE_COLUMNS[2:], *(n for n, v in columns.items() if n not in TIMELINE_COLUMNS and v.ndim == 2)]
+        for name in names:
             table[name] = np.ascontiguousarray(columns[name]).reshape(-1)
         _atomic_write(self.job_dir / "timeline.parquet", lambda tmp: pq.write_table(pa.table(table), tmp))
+
+    def write_links(self, links: np.ndarray, columns: dict[str, np.ndarray]) -> None:
+        """``links.parquet``: one row per iteration and directed link ``src -> dst``; ``columns`` are
+        ``[K, L]`` arrays, ``used`` (``src`` is in ``dst``'s used set that iteration) first."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        iterations = len(columns["used"])
+        count = len(links)
+        table = {
+            "iteration": np.repeat(np.arange(iterations, dtype=np.int64), count),
+            "src": np.tile(links[:, 0].astype(np.int32), iterations),
+            "dst": np.tile(links[:, 1].astype(np.int32), iterations),
+        }
+        for name, values in columns.items():
+            table[name] = np.ascontiguousarray(values).reshape(-1)
+        _atomic_write(self.job_dir / "links.parquet", lambda tmp: pq.write_table(pa.table(table), tmp))
 
     def write_summary(self, summary: dict) -> None:
         atomic_write_json(self.job_dir / "summary.json", summary)

@@ -644,7 +644,14 @@ def section_min_neighbors(ctx: Context) -> list[str]:
     ]
 
 
-SECTIONS = [section_floor, section_min_neighbors]
+def section_wall_clock(ctx: Context) -> list[str]:
+    """C2 measured with real messages: the wall clock against the virtual clock (figures/costs.py)."""
+    from .costs import wall_clock_section
+
+    return wall_clock_section(ctx)
+
+
+SECTIONS = [section_floor, section_min_neighbors, section_wall_clock]
 
 
 # --- the file --------------------------------------------------------------------------------------------
