@@ -101,15 +101,20 @@ class Schedule:
 
 
 class Timeline:
-    """Per worker, per iteration times and used counts, filled chunk by chunk."""
+    """Per worker, per iteration times and used counts, and per directed link whether it was used, filled
+    chunk by chunk.  ``extra`` holds columns a backend adds (the wall clock's measurements)."""
 
-    def __init__(self, iterations: int, num_workers: int, degrees: np.ndarray):
+    def __init__(self, iterations: int, num_workers: int, degrees: np.ndarray, links: np.ndarray | None = None):
         self.degrees = degrees
         self.columns = {
             name: np.full((iterations, num_workers), np.nan) for name in ("start", "ready", "stop", "finish")
         }
         self.columns["used"] = np.zeros((iterations, num_workers), dtype=np.int32)
         self.columns["backups"] = np.zeros((iterations, num_workers), dtype=np.int32)
+        self.extra: dict[str, np.ndarray] = {}
+        self.links = np.zeros((0, 2), dtype=np.int64) if links is None else np.asarray(links, dtype=np.int64)
+        # used_links[k, l]: link l's sender is in its receiver's S_j(k) (the used set itself, not only its size)
+        self.link_columns = {"used": np.zeros((iterations, len(self.links)), dtype=bool)}
         self.end = np.full(iterations, np.nan)
         self.done = 0  # iterations recorded
 
@@ -121,11 +126,19 @@ class Timeline:
         used = timing.used_count[:count]
         self.columns["used"][rows] = used
         self.columns["backups"][rows] = self.degrees[None, :] - used
+        if len(self.links):
+            self.link_columns["used"][rows] = timing.used[:count]
         self.end[rows] = timing.end[:count]
         self.done = timing.first + count
 
     def truncated(self) -> dict:
         return {name: values[: self.done] for name, values in self.columns.items()}
+
+    def write(self, writer) -> None:
+        """``timeline.parquet`` (with the extra columns) and ``links.parquet`` of the iterations done."""
+        writer.write_timeline({**self.truncated(), **{name: v[: self.done] for name, v in self.extra.items()}})
+        if len(self.links):
+            writer.write_links(self.links, {name: v[: self.done] for name, v in self.link_columns.items()})
 
     def mean_duration(self) -> float:
         """``E(K-1) / K`` over the iterations done so far."""
@@ -161,8 +174,9 @@ class Engine:
 
     An engine runs one job: ``run(on_evaluation, on_progress, on_checkpoint, resume_from)``.  Its
     timeline has ``done`` (iterations, or iterations' worth of local steps, recorded), ``end[k]`` (the
-    time iteration k ended), ``mean_duration()``, ``mean_backups()``, ``iteration_backups(first, last)``
-    and ``truncated()`` (the columns :meth:`dybw.results.ResultsWriter.write_timeline` writes).
+    time iteration k ended), ``mean_duration()``, ``mean_backups()``, ``iteration_backups(first, last)``,
+    ``truncated()`` (the columns :meth:`dybw.results.ResultsWriter.write_timeline` writes) and
+    ``write(writer)`` (its results files).
 
     A distributed backend replaces how an evaluation is shared: the parameters and counts gathered
     (:meth:`gather_params`, :meth:`gather_counts`), the average model sent out (:meth:`share_average`),
@@ -286,7 +300,7 @@ class IterationEngine(Engine):
             len(self.workers),
             self._source_positions(),
         )
-        self.timeline = Timeline(cfg.iterations, cfg.num_workers, graph.degrees)
+        self.timeline = Timeline(cfg.iterations, cfg.num_workers, graph.degrees, graph.directed_links())
         self.cost = EvaluationCost()
         self.target_reached = False  # a scheduled evaluation reached the target (no more probing)
 
@@ -367,6 +381,7 @@ class IterationEngine(Engine):
         """
         done = chunk.timing.first + t + 1
         state = {f"timeline_{name}": values[:done] for name, values in self.timeline.columns.items()}
+        state["links_used"] = self.timeline.link_columns["used"][:done]
         state.update({f"clock_{key}": value for key, value in self.schedule.clock.state_after(chunk.timing, t).items()})
         state.update(iteration=done, params=np.asarray(self.evaluated_params), timeline_end=self.timeline.end[:done])
         state.update(target_reached=self.target_reached)
@@ -383,6 +398,8 @@ class IterationEngine(Engine):
         for name, values in self.timeline.columns.items():
             values[:done] = state[f"timeline_{name}"]
         self.timeline.end[:done] = state["timeline_end"]
+        if "links_used" in state:  # a checkpoint from before the used links were recorded leaves them unknown
+            self.timeline.link_columns["used"][:done] = state["links_used"]
         self.timeline.done = done
         self.target_reached = bool(state["target_reached"])
         return done

@@ -234,6 +234,10 @@ class EventTimeline:
     def truncated(self) -> dict:
         return {name: values[: self.count] for name, values in self.columns.items()}
 
+    def write(self, writer) -> None:
+        """``timeline.parquet``, one row per finished step (no ``links.parquet``: a step uses one partner)."""
+        writer.write_timeline(self.truncated())
+
     def mean_duration(self) -> float:
         """Virtual time per N finished steps, ``end[done-1] / done``."""
         return float(self.end[self.done - 1] / self.done) if self.done else float("nan")

@@ -140,7 +140,7 @@ def _build_engine(run: JobRun, graph, make_engine) -> None:
         log.info("%s: resuming after iteration %d", run.job_dir, done)
     elif run.writes:
         # A fresh start in a used directory: drop what an earlier, unfinished run left behind.
-        for stale in (CHECKPOINT, "timeline.parquet", "metrics.csv"):
+        for stale in (CHECKPOINT, "timeline.parquet", "links.parquet", "metrics.csv"):
             (run.job_dir / stale).unlink(missing_ok=True)
 
 
@@ -150,7 +150,7 @@ def _on_evaluation(run: JobRun, row: dict) -> None:
     if not engine.checkpointed:
         # No checkpoint (a wall-clock measurement): keep the timeline with each evaluation instead, so a
         # dead rank loses nothing measured.  The wall clock is paused meanwhile.
-        run.writer.write_timeline(engine.timeline.truncated())
+        engine.timeline.write(run.writer)
     run.progress.evaluation(row)
     if run.tracker is not None:
         done = engine.timeline.done
@@ -176,7 +176,7 @@ def finalize(run: JobRun, error: BaseException | None = None) -> dict:
     run.progress.close()
     engine = run.engine
     if engine is not None and engine.timeline.done:
-        run.writer.write_timeline(engine.timeline.truncated())
+        engine.timeline.write(run.writer)
     timeline = engine.timeline if engine is not None else None
     wall = time.perf_counter() - run.started
     cost = getattr(engine, "cost", None)

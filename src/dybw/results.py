@@ -1,9 +1,9 @@
 """The results contract: what a job writes into its directory, atomically (README: what a run writes).
 
 ``metrics.csv`` (one row per evaluation), ``timeline.parquet`` (one row per worker per iteration, or per
-local step for an asynchronous algorithm), ``topology.json`` and ``summary.json``.  Every file is written
-to a temporary name in the same directory and renamed into place, so a reader (or a killed job) never
-sees half a file.
+local step for an asynchronous algorithm), ``links.parquet`` (one row per directed link per iteration: who
+used whom), ``topology.json`` and ``summary.json``.  Every file is written to a temporary name in the same
+directory and renamed into place, so a reader (or a killed job) never sees half a file.
 """
 
 from __future__ import annotations
@@ -318,7 +318,8 @@ class ResultsWriter:
     def write_timeline(self, columns: dict[str, np.ndarray]) -> None:
         """``timeline.parquet`` from one of two layouts:
 
-        - iterations: each of TIMELINE_COLUMNS except iteration/worker a ``[K, N]`` array (row (k, j));
+        - iterations: each of TIMELINE_COLUMNS except iteration/worker a ``[K, N]`` array (row (k, j)); any
+          other ``[K, N]`` column (a backend's own measurements) follows them;
         - steps: every column a 1-D array, one entry per row, ``iteration`` and ``worker`` included (the
           event engine: a worker's own step index, workers with different step counts); columns beyond
           TIMELINE_COLUMNS (e.g. ``partner``, ``average``) follow them.
@@ -335,9 +336,28 @@ class ResultsWriter:
                 "iteration": np.repeat(np.arange(iterations, dtype=np.int64), workers),
                 "worker": np.tile(np.arange(workers, dtype=np.int32), iterations),
             }
-            for name in TIMELINE_COLUMNS[2:]:
+            # any other [K, N] column (a backend's own measurements) follows them
+            extra = (n for n, v in columns.items() if n not in TIMELINE_COLUMNS and np.ndim(v) == 2)
+            for name in [*TIMELINE_COLUMNS[2:], *extra]:
                 table[name] = np.ascontiguousarray(columns[name]).reshape(-1)
         _atomic_write(self.job_dir / "timeline.parquet", lambda tmp: pq.write_table(pa.table(table), tmp))
+
+    def write_links(self, links: np.ndarray, columns: dict[str, np.ndarray]) -> None:
+        """``links.parquet``: one row per iteration and directed link ``src -> dst``; ``columns`` are
+        ``[K, L]`` arrays, ``used`` (``src`` is in ``dst``'s used set that iteration) first."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        iterations = len(columns["used"])
+        count = len(links)
+        table = {
+            "iteration": np.repeat(np.arange(iterations, dtype=np.int64), count),
+            "src": np.tile(links[:, 0].astype(np.int32), iterations),
+            "dst": np.tile(links[:, 1].astype(np.int32), iterations),
+        }
+        for name, values in columns.items():
+            table[name] = np.ascontiguousarray(values).reshape(-1)
+        _atomic_write(self.job_dir / "links.parquet", lambda tmp: pq.write_table(pa.table(table), tmp))
 
     def write_summary(self, summary: dict) -> None:
         atomic_write_json(self.job_dir / "summary.json", summary)

@@ -69,8 +69,7 @@ class CbAdaptive(StopPolicy):
     label = "cb-Adaptive"
     color = "#CC78BC"
     Config = CbAdaptiveConfig
-    adaptive: ClassVar[bool] = True
-    clocks = ("virtual",)  # the wall clock's ranks keep no history yet
+    adaptive: ClassVar[bool] = True  # the wall clock's ranks each keep their own history (mpi/wall.py)
 
     def __init__(self, degrees, window: int, noise: float):
         super().__init__(degrees)

@@ -754,7 +754,14 @@ def _adaptive_vs_best_static(frame: pd.DataFrame) -> str:
     return " cb-Adaptive, with no global information, on the 'paper' delays: " + "; ".join(parts) + "."
 
 
-SECTIONS = [section_floor, section_min_neighbors, section_baselines]
+def section_wall_clock(ctx: Context) -> list[str]:
+    """C2 measured with real messages: the wall clock against the virtual clock (figures/costs.py)."""
+    from .costs import wall_clock_section
+
+    return wall_clock_section(ctx)
+
+
+SECTIONS = [section_floor, section_min_neighbors, section_baselines, section_wall_clock]
 
 
 # --- the file --------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Run a spec's jobs in this process: reuse completed ones, train or simulate the missing ones.
 
 Training goes through the local runner (``runner=local``: the numbers of ``runner=mpi`` too, and TensorFlow
-is imported once for the whole sweep); clock-only jobs through :func:`dybw.figures.clock_only.run_clock_job`.
+is imported once for the whole sweep), except on a clock it lacks (``runner.clock=wall``: launched on MPI
+ranks by the config's runner); clock-only jobs through :func:`dybw.figures.clock_only.run_clock_job`.
 A job whose ``summary.json`` says ``completed`` with the same config hash is never rerun.
 """
 
@@ -54,8 +55,11 @@ def run_one(job: Job, results: Path) -> tuple[dict | None, str]:
                 from ..runners import RUNNERS
 
                 # In this process (one TF start-up for the whole sweep), i.e. the local runner, whatever
-                # runner the config names: runner=mpi computes the same bits, and the hash ignores it.
-                summary = RUNNERS["local"].run(cfg, graph, job_dir, job.plain, job.digest)
+                # runner the config names: runner=mpi computes the same bits, and the hash ignores it.  A clock
+                # the local runner lacks (the wall clock: real MPI ranks, real time) runs on the config's runner.
+                local = RUNNERS["local"]
+                runner = local if cfg.runner.clock in local.clocks else RUNNERS[cfg.runner.name]
+                summary = runner.run(cfg, graph, job_dir, job.plain, job.digest)
         notes = sorted({str(w.message) for w in caught if "clamped" in str(w.message)})
         note = "; ".join(notes)
         return summary, note

@@ -51,6 +51,28 @@ def ranks_for(clock: str, ranks: int, num_workers: int, cores: int) -> int:
     return max(1, min(num_workers, cores))
 
 
+def warn_if_oversubscribed(cfg) -> bool:
+    """One warning line when the job's ranks x TensorFlow threads exceed the cores this process may use."""
+    import logging
+
+    from ..tf_setup import usable_cores
+
+    ranks, threads, cores = resolve_ranks(cfg), cfg.runner.threads, usable_cores()
+    if ranks * threads <= cores:
+        return False
+    logging.getLogger("dybw").warning(
+        "runner=mpi: %d ranks x %d TensorFlow thread(s) = %d > %d usable cores: ranks share cores%s",
+        ranks,
+        threads,
+        ranks * threads,
+        cores,
+        " (the wall clock then measures the sharing too: scale the delays up with straggler.time_scale)"
+        if cfg.runner.clock == "wall"
+        else "",
+    )
+    return True
+
+
 def find_launcher(program: str) -> str | None:
     """The launcher's executable: first beside this Python (where ``pip install mpich`` puts ``mpiexec``,
     matching the MPI mpi4py uses, even in an environment that is not activated), then on PATH."""

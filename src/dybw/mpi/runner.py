@@ -23,6 +23,7 @@ class MpiRunnerConfig(RunnerConfig):
     fault: Annotated[str, Choice(*FAULTS)]  # test hook: make fault_rank raise / hang / exit at fault_iteration
     fault_rank: int
     fault_iteration: int
+    poll_s: Annotated[float, Finite(0, strict=True, unit="seconds")]  # wall clock: longest sleep between polls
 
 
 @RUNNERS.register
@@ -50,17 +51,24 @@ class MpiRunner(Runner):
             raise ConfigError(
                 "runner.ranks", runner.ranks, f"allowed range 0..{cfg.num_workers} (num_workers; 0 = auto)"
             )
-        if runner.clock == "wall" and cfg.protocol.agreement != "instant":
-            raise ConfigError(
-                "protocol.agreement",
-                cfg.protocol.agreement,
-                "the wall clock agrees through MPI's own barrier: "
-                "use protocol.agreement=instant with runner.clock=wall",
-            )
-        if runner.clock == "wall" and runner.ranks not in (0, cfg.num_workers):
-            raise ConfigError(
-                "runner.ranks", runner.ranks, f"the wall clock runs one worker per rank: use 0 or {cfg.num_workers}"
-            )
+        if runner.clock == "wall":
+            from .agreements import WALL_AGREEMENTS
+
+            WALL_AGREEMENTS.get(cfg.protocol.agreement, "protocol.agreement")  # a plugin's may lack a wall side
+            if runner.ranks not in (0, cfg.num_workers):
+                raise ConfigError(
+                    "runner.ranks",
+                    runner.ranks,
+                    f"the wall clock runs one worker per rank: use 0 or {cfg.num_workers} (num_workers)",
+                )
+            world = world_size_from_environment()
+            if world > 1 and world != cfg.num_workers:
+                raise ConfigError(
+                    "num_workers",
+                    cfg.num_workers,
+                    f"the wall clock runs one worker per rank, and this MPI world has {world} ranks: "
+                    f"use num_workers={world} or start {cfg.num_workers} ranks",
+                )
         if runner.fault != "none":
             highest = resolve_ranks(cfg) - 1
             if not 0 <= runner.fault_rank <= highest:
@@ -95,7 +103,9 @@ class MpiRunner(Runner):
             return run_in_world(MPI.COMM_WORLD, cfg, graph, job_dir, resolved, digest)
         from ..data import fetch_dataset_files
         from ..results import Summary
-        from .launch import launch_job
+        from .launch import launch_job, warn_if_oversubscribed
+
+        warn_if_oversubscribed(cfg)
 
         # R ranks would otherwise each verify (and race to download) the files, and a missing one would
         # reach the user through a rank's abort instead of as the one line runner=local gives.

@@ -1,41 +1,101 @@
 """``runner=mpi runner.clock=wall``: one worker per rank, delays really slept, every time measured.
 
-Worker j, iteration k (ATC)::
+Worker j, iteration k (ATC; docs/protocol.md has the virtual clock this realises)::
 
-    start    = now
+    start    = now;  an adaptive policy chooses p_j from what this rank has seen itself
     y        = x - eta g                        (TF)  then sleep until start + C_j(k)   -> ready
     for i in N_j: send y to i at ready + D_ji(k)       (the sender holds the message: right across hosts)
-    listen until the stop policy says stop (algorithms.StopPolicy): eligible once p_j = waits[j]
-    messages are here (or ``timeout`` seconds after ready);
+    listen until the stop policy says stop (algorithms.StopPolicy): eligible once p_j messages of
+    iteration k are here (or ``timeout`` seconds after ready);
         a local rule stops there;
-        a threshold rule (cb_dybw) in lock-step enters a non-blocking barrier (MPI_Ibarrier) when eligible
-        and keeps receiving until it completes (= theta, the last worker becoming eligible)
-    x        = sum_{i in S_j ∪ {j}} W_ji y_i                                           -> stop = finish
-    lock-step: a non-blocking barrier ends the iteration for everyone (E(k)), unless the threshold's
-    barrier already did (ATC: nothing follows theta); free: go on.
+        a threshold rule (cb_dybw) in lock-step enters the agreement (phase "threshold") when eligible
+        and keeps receiving until it learns that every rank is eligible (theta)        -> stop
+    x        = sum_{i in S_j ∪ {j}} W_ji y_i                                           -> finish
+    lock-step: enter the agreement (phase "end") at finish; iteration k+1 starts when this rank learns
+    that every rank has finished -- unless theta's agreement ended it (ATC: nothing follows theta).
 
-Messages are flat float32 buffers ``[P + 1]`` whose last entry is the iteration (exact below 2^24); a
-message from an older iteration is dropped, a newer one is kept until needed.  Receives are always
-posted (one per neighbour, any tag), so no message is ever left unmatched and nothing relies on
-``MPI_Cancel``: at the end every rank sends a DONE marker and drains until it has every neighbour's.
-Times are ``MPI.Wtime()`` after a common barrier, minus the pauses for evaluation.
+CTA sends ``x`` at the start, combines at the stop, then takes the local step: ``finish = stop + C``.
+The agreement is ``protocol.agreement`` made of point-to-point control messages held for their
+``straggler.control`` delays in the same outbox as the data (:mod:`dybw.mpi.agreements`); ``instant``
+is MPI's own non-blocking barrier.  Every delay comes from the streams the virtual clock draws.
+
+Messages are flat float32 buffers ``[P + 1]`` whose last entry is the iteration (exact below 2^24); the
+inbox keeps the iterations not yet combined and drops everything else (:mod:`dybw.mpi.mailbox`).
+A rank never blocks in MPI: between polls it sleeps until the next thing it must do (a held message's
+due time, the end of its compute, its deadline) or for ``runner.poll_s`` at most, so 16 ranks can share
+2 cores.  Times are one monotonic clock (common to the ranks of one host) from a common origin, minus
+the pauses for evaluation.  Besides the timeline, a rank records the arrival of every neighbour message
+(``links.parquet``: ``used``, ``arrival``) and, per iteration, its inbox's peak size, the process CPU it
+used, its number of polls and the machine's load average (extra columns of ``timeline.parquet``).
 """
 
 from __future__ import annotations
 
-import heapq
+import ctypes
+import os
 import time
 
 import numpy as np
 
+from ..algorithms.cb_adaptive import choose_waits
 from ..engine import IterationEngine
 from ..errors import Diverged
 from ..evaluation import evaluation_kind
 from ..mixing import mixing_matrices
+from .agreements import WALL_AGREEMENTS
 from .evaluation import SharedEvaluation
+from .mailbox import Channel, Inbox, Outbox
 
-DATA_TAG, DONE_TAG = 0, 1
-POLL_SECONDS = 0.0002
+TIMES = ("start", "ready", "stop", "finish")
+# The extra timeline columns: the inbox's peak size (messages; newest iteration held minus the current one),
+# the process CPU time and polls of the iteration, and the machine's 1-minute load average at its end.
+MEASURED = ("inbox_messages", "inbox_ahead", "cpu_seconds", "polls", "load_average")
+
+
+def _fine_timer_slack() -> None:
+    """Ask Linux to wake sleeping threads within 1 us of the time asked (default slack: 50 us)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(29, 1000, 0, 0, 0)  # PR_SET_TIMERSLACK, nanoseconds
+    except (OSError, AttributeError):
+        pass
+
+
+def _idle_barrier(comm, poll: float) -> None:
+    """A barrier that sleeps ``poll`` seconds between tests: MPI's blocking one spins, taking a core from
+    the ranks that are still starting up (importing TensorFlow, loading data)."""
+    request = comm.Ibarrier()
+    while not request.Test():
+        time.sleep(poll)
+
+
+class _Record:
+    """One rank's measurements, ``[K, ...]``; rows are gathered to rank 0 at each evaluation."""
+
+    def __init__(self, iterations: int, degree: int, width: int):
+        self.times = np.full((iterations, len(TIMES)), np.nan)
+        self.measured = np.zeros((iterations, len(MEASURED)))
+        self.arrival = np.full((iterations, width), np.nan)  # when each neighbour's message arrived
+        self.used = np.zeros((iterations, width), dtype=bool)
+        self.degree, self.width = degree, width
+
+    def rows(self, first: int, last: int) -> np.ndarray:
+        """Rows ``first..last-1`` packed as one float64 matrix (for one Gather)."""
+        return np.ascontiguousarray(
+            np.concatenate(
+                [self.times[first:last], self.measured[first:last], self.arrival[first:last], self.used[first:last]],
+                axis=1,
+            )
+        )
+
+    @staticmethod
+    def unpack(packed: np.ndarray, width: int) -> tuple[np.ndarray, ...]:
+        t, m = len(TIMES), len(MEASURED)
+        return (
+            packed[..., :t],
+            packed[..., t : t + m],
+            packed[..., t + m : t + m + width],
+            packed[..., t + m + width :] > 0.5,
+        )
 
 
 class WallClockEngine(SharedEvaluation, IterationEngine):
@@ -52,227 +112,320 @@ class WallClockEngine(SharedEvaluation, IterationEngine):
         self.graph = graph
         self.on_iteration = on_iteration
         self.on_wait = on_wait
-        self.neighbors = [int(i) for i in graph.neighbors[self.me]]
+        self.neighbors = [int(i) for i in sorted(graph.neighbors[self.me])]
+        self.slot = {neighbor: s for s, neighbor in enumerate(self.neighbors)}
         self.degree = len(self.neighbors)
-        self.policy = self.schedule.clock.policy
-        self.waits = int(self.policy.waits[self.me])
+        self.width = int(graph.degrees.max())
+        clock = self.schedule.clock
+        self.policy = clock.policy
+        self.lockstep = cfg.protocol.sync == "lockstep"
+        self.atc = cfg.algo.update == "atc"
+        # The agreements a lock-step iteration needs (the virtual clock's phases): theta for a threshold
+        # rule, and the end of the iteration unless theta ended it (ATC: nothing follows theta).
+        self.threshold = self.policy.threshold and self.lockstep
+        self.end_phase = self.lockstep and not (self.policy.threshold and self.atc)
+        self.poll = cfg.runner.poll_s
         self.num_params = network.num_params
-        self._buffers = {i: np.empty(self.num_params + 1, np.float32) for i in self.neighbors}
-        self._receives = {}
-        self._outbox: list = []  # heap of (due, sequence, dst, payload)
-        self._sending: list = []  # (request, payload) until complete
-        self._inbox: dict[int, dict[int, np.ndarray]] = {}
-        self._done_from: set[int] = set()
-        self._sequence = 0
+        self.outbox = Outbox()
+        self.inbox = Inbox()
+        self.data = Channel(comm, self.neighbors, lambda: np.empty(self.num_params + 1, np.float32))
+        _idle_barrier(comm, 0.01)  # ranks finish starting up at different times
+        self.control_comm = comm.Dup()  # control messages never meet data messages
+        phases = [p for p, needed in (("threshold", self.threshold), ("end", self.end_phase)) if needed]
+        delays = {p: self.schedule.delays.control(0, cfg.iterations, p, clock.agreement.pairs) for p in phases}
+        self.agreement = WALL_AGREEMENTS[cfg.protocol.agreement](
+            rank=self.me,
+            size=comm.size,
+            agreement=clock.agreement,
+            links=graph.directed_links(),
+            delays=delays,
+            send=lambda due, peer, message: self.outbox.put(due, self.control_comm, peer, message),
+            comm=self.control_comm,
+        )
+        size = self.agreement.message_size()
+        self.control = Channel(self.control_comm, self.agreement.peers, lambda: np.empty(size, np.uint64))
+        self.record = _Record(cfg.iterations, self.degree, self.width)
+        self.iteration = 0
+        self._gathered = 0  # timeline rows already gathered to rank 0
         self._origin = 0.0
-        self._current = 0
+        self._frozen: float | None = None  # the clock's reading while an evaluation pauses it
+        self._one_host = True
+        _fine_timer_slack()
 
     # -- clock ----------------------------------------------------------------------------------
     def now(self) -> float:
-        from mpi4py import MPI
+        if self._frozen is not None:
+            return self._frozen
+        return time.monotonic() - self._origin
 
-        return MPI.Wtime() - self._origin
+    def _pause(self, until: float = float("inf")) -> None:
+        """Sleep until the next thing this rank must do (``until``, a held message's due time), or for the
+        poll interval at most: arrivals are only seen by polling."""
+        now = self.now()
+        wake = min(until, self.outbox.next_due, now + self.poll)
+        if wake > now:
+            time.sleep(wake - now)
 
-    def _sleep_until(self, moment: float) -> None:
-        while self.now() < moment:
-            self._service()
-            time.sleep(POLL_SECONDS)
-
-    # -- messages -------------------------------------------------------------------------------
-    def _post(self, neighbor: int) -> None:
-        from mpi4py import MPI
-
-        self._receives[neighbor] = self.comm.Irecv(self._buffers[neighbor], source=neighbor, tag=MPI.ANY_TAG)
-
-    def _send_later(self, due: float, dst: int, payload: np.ndarray) -> None:
-        self._sequence += 1
-        heapq.heappush(self._outbox, (due, self._sequence, dst, payload))
-
-    def _service(self) -> None:
-        """Send what is due, complete sends, take every arrived message (drop stale ones, keep early ones)."""
-        from mpi4py import MPI
-
-        moment = self.now()
-        while self._outbox and self._outbox[0][0] <= moment:
-            _, _, dst, payload = heapq.heappop(self._outbox)
-            self._sending.append((self.comm.Isend(payload, dest=dst, tag=DATA_TAG), payload))
-        if self._sending:
-            self._sending = [(r, p) for r, p in self._sending if not r.Test()]
+    def _service(self) -> float:
+        """One poll: send what is due, take every arrived message; returns the time of the poll."""
+        now = self.now()
+        self.outbox.flush(now)
+        k = self.iteration
+        for sender, buffer in self.data.arrived():
+            iteration = int(buffer[-1])
+            if 0 <= iteration < len(self.record.arrival):
+                self.record.arrival[iteration, self.slot[sender]] = now
+            self.inbox.put(iteration, sender, buffer)
+        for sender, message in self.control.arrived():
+            self.agreement.receive(sender, message, now)
+        self.outbox.flush(now)  # what the agreement forwards with no delay leaves at once
+        measured = self.record.measured[k]
+        measured[0] = max(measured[0], self.inbox.messages)
+        measured[1] = max(measured[1], self.inbox.newest - k)
+        measured[3] += 1
         if self.on_wait is not None:
             self.on_wait()
-        status = MPI.Status()
-        for neighbor, request in list(self._receives.items()):
-            if request is None or not request.Test(status):
-                continue
-            if status.Get_tag() == DONE_TAG:
-                self._done_from.add(neighbor)
-                self._receives[neighbor] = None
-                continue
-            iteration = int(self._buffers[neighbor][-1])
-            if iteration >= self._current:
-                self._inbox.setdefault(iteration, {})[neighbor] = self._buffers[neighbor][:-1].copy()
-            self._post(neighbor)
+        return now
 
-    def _wait_barrier(self) -> None:
-        """A barrier that keeps servicing messages while it waits (so nobody starves a neighbour)."""
-        request = self.comm.Ibarrier()
-        while not request.Test():
+    def _wait_until(self, moment: float) -> float:
+        while (now := self._service()) < moment:
+            self._pause(moment)
+        return now
+
+    def _learn(self, k: int, phase: str) -> float:
+        """Keep polling until this rank learns ``(k, phase)``'s agreement; returns when it did."""
+        while True:
+            learned = self.agreement.learned(k, phase, self._service())
+            if learned is not None:
+                return learned
+            self._pause()
+
+    def _complete(self, requests) -> None:
+        """Complete MPI requests by polling (MPI's blocking waits spin and would take a shared core)."""
+        from mpi4py import MPI
+
+        while not MPI.Request.Testall(requests):
             self._service()
-            time.sleep(POLL_SECONDS)
+            self._pause()
+
+    _wait = _complete  # the shared evaluation's collectives wait the same way
+
+    def _barrier(self) -> None:
+        self._complete([self.comm.Ibarrier()])
+
+    def _start_clock(self) -> None:
+        """Every rank reads time from one origin: rank 0's, when the ranks share a host (one monotonic
+        clock); otherwise each its own, taken when the common barrier completes."""
+        from mpi4py import MPI
+
+        self._barrier()
+        hosts = self.comm.allgather(MPI.Get_processor_name())
+        self._one_host = len(set(hosts)) == 1
+        origin = np.array([time.monotonic()])
+        if self._one_host:
+            self._complete([self.comm.Ibcast(origin, root=0)])
+        self._origin = float(origin[0])
 
     # -- one iteration --------------------------------------------------------------------------
-    def _listen(self, k: int, deadline: float) -> dict[int, np.ndarray]:
+    def _waits(self, k: int, now: float) -> int:
+        """``p_j``: the policy's, or an adaptive policy's choice from this rank's own last iterations
+        (their starts, ready and tail times, and every neighbour message's arrival, late ones included;
+        one not here yet counts as arriving now) -- :func:`dybw.algorithms.cb_adaptive.choose_waits`."""
+        if not getattr(self.policy, "adaptive", False):
+            return int(self.policy.waits[self.me])
+        first = max(0, k - self.policy.window)
+        if first == k:
+            return self.degree  # no history yet: every neighbour
+        start, ready, stop, finish = self.record.times[first:k].T
+        arrival = self.record.arrival[first:k, : self.degree]
+        seen = np.minimum(np.where(np.isnan(arrival), np.inf, arrival), now)
+        offsets = (seen - start[:, None])[:, None, :]
+        choice = choose_waits(
+            (ready - start)[:, None], (finish - stop)[:, None], offsets, np.array([self.degree]), self.policy.noise
+        )
+        return int(choice[0])
+
+    def _listen(self, k: int, waits: int, deadline: float) -> float:
         """Receive iteration k's messages until the policy's stop: ``waits`` of them here or ``deadline``
-        passed (eligible), then, for a threshold rule in lock-step, until every worker is eligible."""
-        threshold = self.policy.threshold and self.cfg.protocol.sync == "lockstep"
-        barrier = None
+        passed (eligible), then, for a threshold rule in lock-step, until this rank learns theta."""
+        eligible = None
         while True:
-            self._service()
-            eligible = len(self._inbox.get(k, {})) >= self.waits or self.now() >= deadline
-            if threshold:
-                if barrier is None and eligible:
-                    barrier = self.comm.Ibarrier()  # eligible: r_j reached
-                if barrier is not None and barrier.Test():
-                    break  # theta: every worker is eligible
-            elif eligible:
-                break
-            time.sleep(POLL_SECONDS)
-        return self._inbox.pop(k, {})
+            now = self._service()
+            if eligible is None and (self.inbox.count(k) >= waits or now >= deadline):
+                eligible = now
+                if self.threshold:
+                    self.agreement.enter(k, "threshold", eligible)
+            if eligible is not None:
+                if not self.threshold:
+                    return eligible
+                learned = self.agreement.learned(k, "threshold", now)
+                if learned is not None:
+                    return learned
+            self._pause(deadline if eligible is None else float("inf"))
 
     def _combine(self, own: np.ndarray, received: dict[int, np.ndarray]) -> np.ndarray:
         used = np.zeros((1, self.cfg.num_workers, self.cfg.num_workers), dtype=bool)
         used[0, self.me, list(received)] = True
         row = mixing_matrices(used, self.cfg.algo.mixing, self.graph.degrees)[0, self.me]
         mixed = row[self.me] * own
-        for neighbor, vector in received.items():
-            mixed = mixed + row[neighbor] * vector
+        for neighbor in sorted(received):
+            mixed = mixed + row[neighbor] * received[neighbor][:-1]
         return mixed.astype(np.float32)
 
     def run(self, on_evaluation, on_progress=None, on_checkpoint=None, resume_from=None):
         # Wall-clock runs are measurements: they are not checkpointed (config validation rejects resume).
-        from mpi4py import MPI
-
         cfg, tf = self.cfg, self.trainer.tf
         iterations = cfg.iterations
         compute = self.schedule.delays.compute(0, iterations)[:, self.me]
         links = self.schedule.delays.links
         outgoing = np.flatnonzero(links[:, 0] == self.me)
         link_delays = self.schedule.delays.link(0, iterations)[:, outgoing]
-        destinations = links[outgoing, 1]
-        batches = self.schedule.batches.take(0, iterations)[:, 0]  # [K, B]
-        draws = self.schedule.augment.take(0, iterations)[:, 0] if self.schedule.augment is not None else None
-
-        def minibatch(k):  # this worker's minibatch as the trainer takes it (with its crop draws, if any)
-            indices = tf.constant(batches[k][None])
-            return indices if draws is None else (indices, tf.constant(draws[k][None]))
-
+        destinations = [int(d) for d in links[outgoing, 1]]
         lrs = self.schedule.learning_rate(np.arange(iterations))
-        # Lock-step ends every iteration with a barrier (E(k)), unless the threshold's barrier ended it:
-        # under ATC nothing follows theta; under CTA the local step does.
-        end_barrier = cfg.protocol.sync == "lockstep" and not (self.policy.threshold and cfg.algo.update == "atc")
-        record = np.full((iterations, 6), np.nan)  # start, ready, stop, finish, used, end
+        # Converted once and unstacked: a conversion or a numpy argument per call costs the step ~1 ms of CPU,
+        # and 16 ranks start their steps together.
+        batches = tf.unstack(tf.constant(self.schedule.batches.take(0, iterations)[:, :1]))  # K x [1, B]
+        if self.schedule.augment is not None:  # a minibatch is then its indices and its crop draws [1, B, 3]
+            draws = tf.unstack(tf.constant(self.schedule.augment.take(0, iterations)[:, :1]))
+            batches = list(zip(batches, draws))
+        rates = tf.unstack(tf.constant(lrs))
+        times, measured = self.record.times, self.record.measured
         x = self.trainer.params.numpy()[0]
+        loss = 0.0
         first_bad = None
         started = time.perf_counter()
         # Compile the local step before the clock starts: XLA's first call takes seconds, not C_j(k).
-        self.trainer.adapt(tf.constant(x[None]), minibatch(0), lrs[0])
-        for neighbor in self.neighbors:
-            self._post(neighbor)
-        self.comm.Barrier()
-        self._origin = MPI.Wtime()
-        self._evaluate_and_report(0, 0.0, float(lrs[0]), record, 0, on_evaluation, started, first_bad)
+        self.trainer.adapt(tf.constant(x[None]), batches[0], rates[0])
+        self.data.post()
+        self.control.post()
+        self._start_clock()
+        self._evaluate_and_report(0, float(lrs[0]), on_evaluation, started, first_bad)
         for k in range(iterations):
-            self._current = k
+            self.iteration = k
             start = self.now()
-            if cfg.algo.update == "atc":
-                adapted, losses = self.trainer.adapt(tf.constant(x[None]), minibatch(k), lrs[k])
+            cpu = time.process_time()
+            waits = self._waits(k, start)
+            if self.atc:
+                adapted, losses = self.trainer.adapt(tf.constant(x[None]), batches[k], rates[k])
                 own, loss = adapted.numpy()[0], float(losses.numpy()[0])
-                self._sleep_until(start + compute[k])
-                ready = self.now()
+                ready = self._wait_until(start + compute[k])
             else:
                 own, ready = x, start
-            payload = np.append(own, np.float32(k)).astype(np.float32)
-            for dst, delay in zip(destinations, link_delays[k]):
-                self._send_later(ready + delay, int(dst), payload)
-            received = self._listen(k, ready + self.policy.timeout)
-            stop = self.now()
+            if self.policy.sends:
+                payload = np.append(own, np.float32(k)).astype(np.float32)
+                for destination, delay in zip(destinations, link_delays[k]):
+                    self.outbox.put(ready + delay, self.comm, destination, payload)
+            stop = self._listen(k, waits, ready + self.policy.timeout)
+            received = self.inbox.take(k)
             x = self._combine(own, received)
             finish = stop
-            if cfg.algo.update == "cta":
-                adapted, losses = self.trainer.adapt(tf.constant(x[None]), minibatch(k), lrs[k])
+            if not self.atc:
+                adapted, losses = self.trainer.adapt(tf.constant(x[None]), batches[k], rates[k])
                 x, loss = adapted.numpy()[0], float(losses.numpy()[0])
-                self._sleep_until(stop + compute[k])
-                finish = self.now()
+                finish = self._wait_until(stop + compute[k])
+            if self.end_phase:
+                self.agreement.enter(k, "end", finish)
+                self._learn(k, "end")
+            self.agreement.forget(k)
+            times[k] = (start, ready, stop, finish)
+            self.record.used[k, [self.slot[i] for i in received]] = True
+            measured[k, 2] = time.process_time() - cpu
+            measured[k, 4] = os.getloadavg()[0]
             if not np.isfinite(loss) and first_bad is None:
                 first_bad = k
-            if end_barrier:
-                self._wait_barrier()
-            record[k] = (start, ready, stop, finish, len(received), self.now())
-            self.trainer.params = tf.constant(x[None])
             if self.on_iteration is not None:
                 self.on_iteration(k + 1)
             if evaluation_kind(cfg, k + 1) is not None:  # no probes: a measured run cannot be replayed
-                self._evaluate_and_report(k + 1, None, float(lrs[k]), record, k + 1, on_evaluation, started, first_bad)
+                self.trainer.params = tf.constant(x[None])
+                self._evaluate_and_report(k + 1, float(lrs[k]), on_evaluation, started, first_bad)
             if on_progress is not None and self.me == 0:
-                on_progress(k + 1, float(record[k, 5]))
+                on_progress(k + 1, float(times[k, 3]))
         self._shutdown()
 
-    def _evaluate_and_report(self, iteration, time_now, lr, record, done, on_evaluation, started, first_bad):
-        """Pause the clock, agree on divergence, gather the timeline and the parameters, evaluate on rank 0."""
+    # -- evaluations ------------------------------------------------------------------------------
+    def _evaluate_and_report(self, iteration, lr, on_evaluation, started, first_bad):
+        """Pause the clock, agree on divergence, gather the timeline and the parameters, evaluate on rank 0.
+
+        An evaluation is a barrier whose time is not counted: the clock stops at the moment the last rank
+        got there and resumes from that reading for everyone."""
         from mpi4py import MPI
 
-        self._wait_barrier()
-        paused = MPI.Wtime()
+        arrived = np.array([self.now()])
+        self._barrier()
+        latest = np.empty(1)
+        self._complete([self.comm.Iallreduce(arrived, latest, op=MPI.MAX)])
+        self._frozen = float(latest[0])
+        num_workers = self.cfg.num_workers
         bad = np.array(
-            [iteration * self.cfg.num_workers if first_bad is None else first_bad * self.cfg.num_workers + self.me],
-            dtype=np.int64,
+            [iteration * num_workers if first_bad is None else first_bad * num_workers + self.me], dtype=np.int64
         )
-        self.comm.Allreduce(MPI.IN_PLACE, bad, op=MPI.MIN)
-        self._gather_timeline(record, done)
-        if bad[0] < iteration * self.cfg.num_workers:
-            k_bad, worker = divmod(int(bad[0]), self.cfg.num_workers)
+        agreed = np.empty_like(bad)
+        self._complete([self.comm.Iallreduce(bad, agreed, op=MPI.MIN)])
+        self._gather_timeline(iteration)
+        if agreed[0] < iteration * num_workers:
+            k_bad, worker = divmod(int(agreed[0]), num_workers)
             raise Diverged(
                 f"diverged at iteration {k_bad}: worker {worker}'s loss is not finite "
                 f"(lower algo.eta0={self.cfg.algo.eta0})"
             )
-        if iteration > 0 and time_now is None:
-            time_now = float(self.timeline.end[done - 1]) if self.me == 0 else 0.0
-        row = self._evaluation_row(iteration, time_now or 0.0, lr, started)
+        time_now = float(self.timeline.end[iteration - 1]) if iteration > 0 and self.me == 0 else 0.0
+        row = self._evaluation_row(iteration, time_now, lr, started)
         if row is not None:
             on_evaluation(row)
-        self.comm.Barrier()
-        self._origin += MPI.Wtime() - paused
+        self._barrier()
+        resumed = np.array([time.monotonic()])
+        if self._one_host:
+            self._complete([self.comm.Ibcast(resumed, root=0)])
+        self._origin = float(resumed[0]) - self._frozen
+        self._frozen = None
 
-    def _gather_timeline(self, record: np.ndarray, done: int) -> None:
-        """Rank 0 collects every worker's measured rows ``[done, 6]`` into the timeline."""
-        if done == 0:
+    def _gather_timeline(self, done: int) -> None:
+        """Rank 0 collects every worker's new rows (times, used set, arrivals, measurements) into the
+        timeline: ``E(k)`` is the latest finish so far (the virtual clock's ``max_j finish_j``)."""
+        first = self._gathered
+        if done <= first:
             return
-        mine = np.ascontiguousarray(record[:done])
-        gathered = np.empty((self.comm.size, done, 6)) if self.me == 0 else None
-        self.comm.Gather(mine, gathered, root=0)
-        if self.me == 0:
-            columns = self.timeline.columns
-            for index, name in enumerate(("start", "ready", "stop", "finish")):
-                columns[name][:done] = gathered[:, :, index].T
-            columns["used"][:done] = gathered[:, :, 4].T.astype(np.int32)
-            columns["backups"][:done] = self.graph.degrees[None, :] - columns["used"][:done]
-            self.timeline.end[:done] = gathered[:, :, 5].max(axis=0)
-            self.timeline.done = done
+        mine = self.record.rows(first, done)
+        gathered = np.empty((self.comm.size, *mine.shape)) if self.me == 0 else None
+        self._complete([self.comm.Igather(mine, gathered, root=0)])
+        self._gathered = done
+        if self.me != 0:
+            return
+        times, measured, arrival, used = _Record.unpack(gathered, self.width)  # [R, T, ...]
+        timeline, rows = self.timeline, slice(first, done)
+        for index, name in enumerate(TIMES):
+            timeline.columns[name][rows] = times[:, :, index].T
+        timeline.columns["used"][rows] = used.sum(axis=2).T
+        timeline.columns["backups"][rows] = self.graph.degrees[None, :] - timeline.columns["used"][rows]
+        if not timeline.extra:
+            shape = timeline.columns["start"].shape
+            timeline.extra = {name: np.zeros(shape) for name in MEASURED}
+            timeline.link_columns["arrival"] = np.full(timeline.link_columns["used"].shape, np.nan)
+        for index, name in enumerate(MEASURED):
+            timeline.extra[name][rows] = measured[:, :, index].T
+        link_of = {(int(i), int(j)): index for index, (i, j) in enumerate(timeline.links)}
+        for rank in range(self.comm.size):
+            neighbors = sorted(int(i) for i in self.graph.neighbors[rank])
+            columns = [link_of[(i, rank)] for i in neighbors]
+            timeline.link_columns["used"][rows, columns] = used[rank, :, : len(neighbors)]
+            timeline.link_columns["arrival"][rows, columns] = arrival[rank, :, : len(neighbors)]
+        latest = np.nanmax(timeline.columns["finish"][rows], axis=1)
+        before = timeline.end[first - 1] if first > 0 else -np.inf
+        timeline.end[rows] = np.maximum.accumulate(np.maximum(latest, before))
+        timeline.done = done
 
     def _hosting_orders(self) -> list[np.ndarray]:
         return [np.array([rank]) for rank in range(self.comm.size)]  # one worker per rank
 
     def _shutdown(self) -> None:
-        """Deliver every held message, tell the neighbours we are done, drain until they are too."""
-        while self._outbox or self._sending:
+        """Deliver every held message, tell the peers we are done, drain until they are too."""
+        while not self.outbox.empty():
             self._service()
-            time.sleep(POLL_SECONDS)
-        self._current = 1 << 30  # everything still arriving is stale
-        markers = [self.comm.Isend(np.empty(0, np.float32), dest=i, tag=DONE_TAG) for i in self.neighbors]
-        while len(self._done_from) < self.degree:
+            self._pause()
+        markers = self.data.send_done() + self.control.send_done()
+        while not (self.data.all_done() and self.control.all_done()):
             self._service()
-            time.sleep(POLL_SECONDS)
-        from mpi4py import MPI
-
-        MPI.Request.Waitall(markers)
-        self.comm.Barrier()
+            self._pause()
+        self._complete(markers)
+        self._barrier()
+        self.control_comm.Free()
