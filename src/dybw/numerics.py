@@ -21,14 +21,19 @@ variable                                    what it pins
 ``TF_ENABLE_ONEDNN_OPTS=0``                 TensorFlow's own oneDNN graph rewrites
 ==========================================  ==================================================================
 
+One choice no variable reaches: Eigen (inside TensorFlow) blocks a matrix product whose sum is longer
+than an L1-sized block -- the weight gradients sum over the 1024-sample batch -- by the L1 data cache
+size it reads from the CPU, 32 KiB here, 48 KiB on Intel Ice Lake and later and on AMD Zen 5: other
+blocks, other partial sums.  :func:`pin_eigen_cache_sizes` writes the reference sizes into Eigen's own
+setting once TensorFlow is loaded (``tf_setup.import_tensorflow`` calls it).
+
 The ISA pins are set only on an x86-64 CPU that has AVX2 and FMA (the machines the numbers are
 made on); elsewhere they would name kernels the CPU cannot run.  A variable already in the
 environment is left alone (and an XLA flag already in ``XLA_FLAGS``), so a user can still choose;
-``DYBW_CPU_PINS=0`` sets none of them (``bench/bench_cpu_drift.py`` measures the difference).
-
-What stays machine-dependent: the software versions (another numpy, OpenBLAS or TensorFlow has other
-kernels), and Eigen's blocking of a contraction longer than its L1-sized block, which TensorFlow
-computes from the L1 data cache size (docs/figures.md, "Reproducibility across machines").
+``DYBW_CPU_PINS=0`` sets none of them, and ``DYBW_EIGEN_CACHE_SIZES=l1,l2,l3`` makes Eigen block as on
+another CPU (``bench/bench_cpu_drift.py`` measures both).  What stays machine-dependent is the
+software: another numpy, OpenBLAS or TensorFlow version has other kernels (docs/figures.md,
+"Reproducibility across machines").
 
 ``import dybw`` calls :func:`pin` before anything else of dybw is imported, so every entry point
 (``run.py``, the MPI ranks, ``python -m dybw.figures``, the tests) is pinned before numpy or TensorFlow
