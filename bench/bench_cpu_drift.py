@@ -206,29 +206,73 @@ def _paired(runs: pd.DataFrame, value: str, how: str) -> tuple[float, float]:
     return float(per_seed.mean()), float(per_seed.std(ddof=1))
 
 
-def part_spread(seeds: list[int]) -> list[dict]:
-    settings = {
-        "CIFAR-10": ["experiment=paper_cifar10", "target_accuracy=0.5"],
-        "MNIST shards": ["experiment=paper_mnist", "dataset.split=shards"],
-    }
-    rows = []
-    for machine_name, machine in MACHINES.items():
-        for setting, overrides in settings.items():
-            for algo in ("cb_full", "cb_dybw"):
+SPREAD_SETTINGS = {
+    "CIFAR-10": ["experiment=paper_cifar10", "target_accuracy=0.5"],
+    "MNIST shards": ["experiment=paper_mnist", "dataset.split=shards"],
+}
+# C1: cb-DyBW's iterations to target against N, with the theorem's step (eta0 = 0.025 N) and a fixed one.
+SPEEDUP = {
+    "theorem": [[f"num_workers={n}", f"algo.eta0={0.025 * n:g}"] for n in (4, 8, 16, 32, 64)],
+    "fixed": [[f"num_workers={n}", "algo.eta0=1.6"] for n in (4, 8, 16, 32, 64)],
+}
+
+
+def part_spread(seeds: list[int], machines: list[str], settings: list[str], done: list[dict], save) -> list[dict]:
+    """Every (setting, machine, job, seed) not in ``done`` (rows of an earlier, interrupted run), saving after
+    each job; settings first, so that the first setting is complete on every machine before the next."""
+    rows = list(done)
+    finished = {(r["machine"], r["setting"], r["label"], r["seed"]) for r in done if "label" in r}
+    for setting in settings:
+        for machine_name in machines:
+            for label, overrides, algo in _spread_jobs(setting):
                 for seed in seeds:
-                    name = f"spread-{machine_name}-{setting}-{algo}-{seed}".replace(" ", "_")
-                    job = run_job(name, [*overrides, f"algo={algo}", f"seed={seed}"], machine)
-                    rows.append({"machine": machine_name, "setting": setting, "algo": algo, "seed": seed, **job})
+                    if (machine_name, setting, label, seed) in finished:
+                        continue
+                    name = f"spread-{machine_name}-{setting}-{label}-{seed}".replace(" ", "_")
+                    job = run_job(name, [*overrides, f"seed={seed}"], MACHINES[machine_name])
+                    workers = next((int(o.split("=")[1]) for o in overrides if o.startswith("num_workers=")), 16)
+                    rows.append(
+                        {
+                            "machine": machine_name,
+                            "setting": setting,
+                            "label": label,
+                            "algo": algo,
+                            "seed": seed,
+                            "workers": workers,
+                            **job,
+                        }
+                    )
+                    save(rows)
                     print(
-                        f"  {machine_name:14s} {setting:12s} {algo:8s} seed {seed}: accuracy "
+                        f"  {machine_name:14s} {setting:12s} {label:12s} seed {seed}: accuracy "
                         f"{job['summary']['final_test_accuracy']:.4f}, iterations to target "
                         f"{job['summary']['iterations_to_target']} ({job['wall']:.0f} s)",
                         flush=True,
                     )
+    print_spread(rows)
+    return rows
+
+
+def _spread_jobs(setting: str) -> list[tuple[str, list[str], str]]:
+    """(label, overrides, algo or step rule) of one seed's jobs in a setting."""
+    if setting == "C1 speed-up":
+        return [
+            (f"{rule} {point[0]}", ["experiment=fig_speedup", "algo=cb_dybw", *point], rule)
+            for rule, points in SPEEDUP.items()
+            for point in points
+        ]
+    return [(algo, [*SPREAD_SETTINGS[setting], f"algo={algo}"], algo) for algo in ("cb_full", "cb_dybw")]
+
+
+def print_spread(rows: list[dict]) -> None:
+    """The REPRODUCTION numbers per emulated machine, and their spread (max - min) over the unpinned ones."""
+    from dybw.figures.analysis import loglog_slope, mean_std
+
     frame = pd.DataFrame(
         [
             {
                 **{k: r[k] for k in ("machine", "setting", "algo", "seed")},
+                "workers": r.get("workers", 16),
                 "accuracy": r["summary"]["final_test_accuracy"],
                 "iterations": r["summary"]["iterations_to_target"],
             }
@@ -236,33 +280,38 @@ def part_spread(seeds: list[int]) -> list[dict]:
         ]
     )
     numbers = []
-    for machine_name in MACHINES:
-        cifar = frame[(frame.machine == machine_name) & (frame.setting == "CIFAR-10")]
-        shards = frame[(frame.machine == machine_name) & (frame.setting == "MNIST shards")]
-        numbers.append(
-            {
-                "machine": machine_name,
-                "C3 CIFAR-10 ratio": _paired(cifar, "iterations", "ratio"),
-                "C5 CIFAR-10 points": _paired(cifar, "accuracy", "points"),
-                "cb-Full CIFAR-10 accuracy": (
-                    float(cifar[cifar.algo == "cb_full"].accuracy.mean()),
-                    float(cifar[cifar.algo == "cb_full"].accuracy.std(ddof=1)),
-                ),
-                "C6 shards points": _paired(shards, "accuracy", "points"),
-            }
-        )
-    keys = [k for k in numbers[0] if k != "machine"]
+    for machine_name in dict.fromkeys(frame.machine):
+        mine = frame[frame.machine == machine_name]
+        cifar, shards = mine[mine.setting == "CIFAR-10"], mine[mine.setting == "MNIST shards"]
+        speedup = mine[mine.setting == "C1 speed-up"]
+        entry = {"machine": machine_name}
+        if len(cifar):
+            entry["C3 CIFAR-10 ratio"] = _paired(cifar, "iterations", "ratio")
+            entry["C5 CIFAR-10 points"] = _paired(cifar, "accuracy", "points")
+            entry["cb-Full CIFAR-10 accuracy"] = mean_std(cifar[cifar.algo == "cb_full"].accuracy)[:2]
+        if len(shards):
+            entry["C6 shards points"] = _paired(shards, "accuracy", "points")
+        for rule in ("theorem", "fixed"):
+            points = speedup[speedup.algo == rule]
+            if len(points):
+                per_seed = [loglog_slope(g.workers, g.iterations) for _, g in points.groupby("seed")]
+                entry[f"C1 slope, {rule} step"] = mean_std(per_seed)[:2]
+        numbers.append(entry)
+    keys = list(dict.fromkeys(k for n in numbers for k in n if k != "machine"))
     print("\n| machine | " + " | ".join(keys) + " |\n|---|" + "---|" * len(keys))
     for n in numbers:
-        print(f"| {n['machine']} | " + " | ".join(f"{n[k][0]:.4f} ± {n[k][1]:.4f}" for k in keys) + " |")
+        print(
+            f"| {n['machine']} | "
+            + " | ".join(f"{n[k][0]:.4f} ± {n[k][1]:.4f}" if k in n else "-" for k in keys)
+            + " |"
+        )
     unpinned = [n for n in numbers if n["machine"] != "pinned"]
     print("| spread (max - min, unpinned) | " + " | ".join(_spread(unpinned, k) for k in keys) + " |")
-    return rows
 
 
 def _spread(numbers: list[dict], key: str) -> str:
-    means = [n[key][0] for n in numbers]
-    return f"{max(means) - min(means):.4f}"
+    means = [n[key][0] for n in numbers if key in n]
+    return f"{max(means) - min(means):.4f}" if len(means) > 1 else "-"
 
 
 def part_speed(reps: int) -> dict:
@@ -340,23 +389,43 @@ def main() -> int:
     parser.add_argument("--part", choices=("sources", "spread", "speed", "all"), default="all")
     parser.add_argument("--iterations", type=int, default=100, help="part sources: iterations per job")
     parser.add_argument("--seeds", default="0,1,2", help="part spread: seeds")
+    # "1 core" is left out by default: here it computes the pinned bits (only OpenBLAS's threads differ).
+    spread_machines = ",".join(m for m in MACHINES if m != "1 core")
+    parser.add_argument("--machines", default=spread_machines, help="part spread: emulated machines")
+    parser.add_argument(
+        "--settings",
+        default=",".join(SPREAD_SETTINGS),
+        help=f"part spread: of {', '.join([*SPREAD_SETTINGS, 'C1 speed-up'])} (C1: 30 more jobs per machine)",
+    )
+    parser.add_argument("--table", type=Path, help="print the spread table of a JSON this script wrote, and exit")
     parser.add_argument("--reps", type=int, default=3, help="part speed: repetitions of each side")
     parser.add_argument("--out", type=Path, default=REPO / "results" / "bench" / "cpu_drift.json")
     args = parser.parse_args()
+    if args.table:
+        print_spread(json.loads(args.table.read_text())["spread"])
+        return 0
     started = time.perf_counter()
     uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     print(f"# {' '.join(sys.argv)}\n# uptime: {uptime}", flush=True)
     out = {"environment": environment(command=" ".join(sys.argv), uptime_before=uptime)}
     if os.path.exists(args.out):
         out = {**json.loads(Path(args.out).read_text()), **out}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save(spread_rows=None):
+        if spread_rows is not None:
+            out["spread"] = spread_rows
+        args.out.write_text(json.dumps(out, indent=1, default=str))
+
     if args.part in ("sources", "all"):
         out["sources"] = part_sources(args.iterations)
+        save()
     if args.part in ("spread", "all"):
-        out["spread"] = part_spread([int(s) for s in args.seeds.split(",")])
+        seeds = [int(s) for s in args.seeds.split(",")]
+        part_spread(seeds, args.machines.split(","), args.settings.split(","), out.get("spread", []), save)
     if args.part in ("speed", "all"):
         out["speed"] = part_speed(args.reps)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1, default=str))
+        save()
     uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     print(f"\nTotal {time.perf_counter() - started:.0f} s. uptime: {uptime}. JSON: {args.out}")
     return 0
