@@ -9,7 +9,7 @@ PYTHON ?= $(VENV)/bin/python
 INSTALLED := .make/installed$(subst /,_,$(abspath $(PYTHON)))
 OWN_VENV := $(filter $(VENV)/bin/python,$(PYTHON))
 
-.PHONY: help install data test test-fast lint format run smoke bench bench-mpi report figures figures-quick clean
+.PHONY: help install data test test-fast lint format run smoke bench bench-mpi bench-drift report figures figures-quick clean
 
 help:  ## show this help
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-14s %s\n", $$1, $$2}'
@@ -55,6 +55,9 @@ bench: $(INSTALLED) data  ## engine vs bare TF step; time per iteration vs N
 bench-mpi: $(INSTALLED) data  ## MPI exchange vs bare mpi4py; runner=mpi vs runner=local end to end (~3 min)
 	$(PYTHON) bench/bench_mpi.py
 	$(PYTHON) bench/bench_step_layout.py
+
+bench-drift: $(INSTALLED) data  ## where CPU drift enters, pinned vs unpinned (~15 min; PART=spread: hours)
+	$(PYTHON) bench/bench_cpu_drift.py --part $(or $(PART),sources)
 
 report: $(INSTALLED)  ## W&B report of an experiment (EXPERIMENT=name, default the latest training one); offline: what it would create
 	$(PYTHON) -m dybw.report $(if $(EXPERIMENT),--experiment $(EXPERIMENT))

@@ -43,6 +43,9 @@ Results: markdown tables on stdout and JSON in ``results/bench/engine.json`` (``
 
 from __future__ import annotations
 
+import dybw  # noqa: F401 - first: numpy then loads the CPU kernels dybw pins (src/dybw/numerics.py)
+
+# isort: split
 import argparse
 import json
 import math

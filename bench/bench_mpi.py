@@ -44,6 +44,9 @@ Output: markdown tables on stdout, JSON with every repetition in ``results/bench
 
 from __future__ import annotations
 
+import dybw  # noqa: F401 - first: numpy then loads the CPU kernels dybw pins (src/dybw/numerics.py)
+
+# isort: split
 import argparse
 import contextlib
 import json

@@ -15,6 +15,9 @@ Inputs are random (the step's cost does not depend on the values).  Output: a ma
 
 from __future__ import annotations
 
+import dybw  # noqa: F401 - first: numpy then loads the CPU kernels dybw pins (src/dybw/numerics.py)
+
+# isort: split
 import sys
 import time
 

@@ -14,7 +14,6 @@ DATA = REPO / "data" if (REPO / "data").exists() else REPO.parent / "shared" / "
 
 os.environ.setdefault("DYBW_DATA_DIR", str(DATA))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 # Size TF's thread pools as a job does (runner.threads=1) before any test runs a TF operation: the local
 # jobs tests run in this process must compute the same bits as the MPI ranks they are compared with.

@@ -5,14 +5,23 @@ from __future__ import annotations
 import os
 import warnings
 
+from .numerics import pin_eigen_cache_sizes
+
+_eigen_pinned = False
+
 
 def import_tensorflow():
-    """TensorFlow with its start-up chatter silenced; oneDNN off so float results are reproducible."""
-    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    """TensorFlow with its start-up chatter silenced, and the cache sizes its Eigen products block by
+    pinned.  Its other CPU kernels (oneDNN off, XLA's instruction set, YNNPACK's consistent sums) were
+    pinned by the environment when ``dybw`` was imported, before TensorFlow (numerics.py)."""
+    global _eigen_pinned
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
-    tf.get_logger().setLevel("ERROR")
+    if not _eigen_pinned:
+        _eigen_pinned = True
+        tf.get_logger().setLevel("ERROR")
+        pin_eigen_cache_sizes()
     return tf
 
 

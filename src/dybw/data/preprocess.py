@@ -26,7 +26,10 @@ entry (``[n, H, W, C]`` images: per colour channel; ``[n, d]`` features: per fea
 
 The fitted parameters are cached as ``<cache_dir>/preprocess/<key>-<hash>.transform.npz`` and, when
 PCA is on (the result is small and costly to recompute), the transformed float32 arrays as
-``...arrays.npz``; both are written atomically (temp file + ``os.replace``).
+``...arrays.npz``; both are written atomically (temp file + ``os.replace``).  The hash covers the BLAS
+the fit ran on (numpy's version, OpenBLAS's build, kernels and threads: ``numerics.blas_fingerprint``):
+other kernels round the covariance and ``eigh`` differently, so a cache made with them -- on another
+CPU, or without dybw's pinned kernels -- is never read in place of recomputing.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ import numpy as np
 
 from dybw.data.sources import cache_dir_from_env
 from dybw.errors import ConfigError
+from dybw.numerics import blas_fingerprint
 
 __all__ = [
     "NORMALIZE_CHOICES",
@@ -207,6 +211,7 @@ def _cache_paths(cache_dir, cache_key, normalize, pca_dim, whiten, x_train, x_te
         "whiten": bool(whiten),
         "train": _fingerprint(x_train),
         "test": _fingerprint(x_test),
+        "blas": blas_fingerprint(),
     }
     digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(cache_key))[:48]

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 PROJECT = Path(__file__).resolve().parents[3]
 TABLE = "reproduction"

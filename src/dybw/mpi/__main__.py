@@ -56,7 +56,6 @@ def run_rank(comm, job_dir: Path) -> int:
 
 def main(argv: list[str]) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     job_dir = Path(argv[0])
     from mpi4py import MPI
 
