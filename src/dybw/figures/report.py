@@ -773,14 +773,25 @@ SECTIONS = [section_floor, section_min_neighbors, section_baselines, section_wal
 
 def _target_note(ctx: Context) -> str:
     """How iterations and time to target were measured, from the runs' ``target_resolution``."""
-    trained = ctx.summaries([j for j in ctx.jobs if j.kind == "train"])
-    resolutions = trained.get("target_resolution", [])
+    trained = [j for j in ctx.jobs if j.kind == "train"]
+    # AD-PSGD has no iterations to replay, and a wall-clock run was measured, not computed: both keep the
+    # resolution of their evaluation grid.
+    replayable = [
+        j for j in trained if j.plain["algo"]["name"] != "ad_psgd" and j.plain["runner"].get("clock") != "wall"
+    ]
+    resolutions = ctx.summaries(replayable).get("target_resolution", [])
+    others = len(trained) - len(replayable)
     return (
         "Iterations and time to target are those of the first iteration at which the average model's test "
         "accuracy reaches the target: "
         + style.describe_resolution(resolutions)
         + " (each run's `summary.json`, `target_resolution`; the evaluation that first reaches the target "
-        "replays the iterations since the one before it and scores the test set after each: docs/figures.md)."
+        "replays the iterations since the one before it and scores the test set after each: docs/figures.md)"
+        + (
+            f"; the {others} AD-PSGD and wall-clock runs, which cannot be replayed, to their evaluation grid."
+            if others
+            else "."
+        )
     )
 
 
