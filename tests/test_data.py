@@ -480,6 +480,7 @@ def _syn_cfg(**kw):
         input_dim=20,
         num_classes=5,
         class_sep=3.0,
+        features="pca",
         pca_dim=0,
         normalize="none",
         whiten=False,
@@ -555,6 +556,10 @@ def test_load_dataset_config_errors():
         load_dataset(SimpleNamespace(name="synthetic"), 2, data_seed=0)
     with pytest.raises(ConfigError, match="dataset.whiten=None is invalid: is required"):  # no default of its own
         load_dataset(_syn_cfg(whiten=None), 2, data_seed=0)
+    with pytest.raises(ConfigError, match="dataset.features=None is invalid: is required"):
+        load_dataset(_syn_cfg(features=None), 2, data_seed=0)
+    with pytest.raises(ConfigError, match="dataset.features='pixels' is invalid: valid: pca, raw"):
+        load_dataset(_syn_cfg(features="pixels"), 2, data_seed=0)
 
 
 def test_size_helpers():
@@ -568,6 +573,7 @@ def test_size_helpers():
 def test_load_dataset_mnist_pca(tmp_path):
     cfg = SimpleNamespace(
         name="mnist",
+        features="pca",
         pca_dim=50,
         normalize="standard",
         whiten=True,
