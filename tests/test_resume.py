@@ -30,6 +30,12 @@ def job_dir_of(root):
     return next((root / "results" / "adhoc").iterdir())
 
 
+def _interruptible() -> None:
+    """SIGINT as a terminal delivers it: a shell that starts the test suite in the background makes its
+    children ignore SIGINT, and Python then never raises KeyboardInterrupt (the job would just go on)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(root):
     return subprocess.Popen(
         [sys.executable, str(REPO / "run.py"), *LONG],
@@ -37,6 +43,7 @@ def start(root):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_interruptible,
     )
 
 

@@ -131,6 +131,11 @@ def first_reaching(rows: list[dict], target_accuracy: float, target_loss: float 
     return None, None, None
 
 
+# summary.json's keys this machine's speed sets (wall seconds): they differ between two runs of one config,
+# where every other key is the same.
+MEASURED_SUMMARY_KEYS = ("wall_seconds", "evaluation_seconds", "target_probe_seconds")
+
+
 @dataclass
 class Summary:
     """``summary.json``: how a job ended and its headline numbers (one schema for every writer)."""
