@@ -62,11 +62,11 @@ bench-drift: $(INSTALLED) data  ## where CPU drift enters, pinned vs unpinned (~
 report: $(INSTALLED)  ## W&B report of an experiment (EXPERIMENT=name, default the latest training one); offline: what it would create
 	$(PYTHON) -m dybw.report $(if $(EXPERIMENT),--experiment $(EXPERIMENT))
 
-figures: $(INSTALLED) data  ## run what experiments/*.yaml need (finished jobs reused), draw paper_figures/ + REPRODUCTION.md (ONLY=spec)
-	$(PYTHON) -m dybw.figures $(if $(ONLY),--only $(ONLY))
+figures: $(INSTALLED) data  ## run what experiments/*.yaml need (finished jobs reused), draw paper_figures/ + REPRODUCTION.md (ONLY=spec, JOBS=n)
+	$(PYTHON) -m dybw.figures $(if $(ONLY),--only $(ONLY)) $(if $(JOBS),--jobs $(JOBS))
 
 figures-quick: $(INSTALLED)  ## the same pipeline at tiny sizes (synthetic data), into results/quick_figures/
-	$(PYTHON) -m dybw.figures --quick $(if $(ONLY),--only $(ONLY))
+	$(PYTHON) -m dybw.figures --quick $(if $(ONLY),--only $(ONLY)) $(if $(JOBS),--jobs $(JOBS))
 
 clean:  ## remove run outputs (not .venv/ or ./data)
 	rm -rf results/ multirun/ outputs/ .make/

@@ -319,6 +319,10 @@ def test_whiten_without_pca_is_rejected_up_front_as_by_load_dataset():
             "worker id",
         ),
         (["straggler=trace", "num_workers=20"], "straggler.compute.path", "no row"),
+        (["straggler.time_scale=0"], "straggler.time_scale", "> 0"),
+        (["straggler.time_scale=-2"], "straggler.time_scale", "> 0"),
+        (["runner=mpi", "runner.clock=wall", "runner.ranks=2"], "runner.ranks", "one worker per rank"),
+        (["runner=mpi", "runner.poll_s=0"], "runner.poll_s", "> 0"),
     ],
 )
 def test_bad_values_are_rejected_before_any_data_is_loaded(overrides, field, expected):
@@ -327,6 +331,46 @@ def test_bad_values_are_rejected_before_any_data_is_loaded(overrides, field, exp
     assert error.value.field == field
     assert expected in str(error.value)
     assert "\n" not in str(error.value)
+
+
+def test_the_wall_clock_needs_as_many_ranks_as_workers_in_the_world_it_is_started_in(monkeypatch):
+    """``mpiexec -n 3 python run.py runner.clock=wall num_workers=4``: one line, before anything starts."""
+    monkeypatch.setenv("PMI_SIZE", "3")
+    with pytest.raises(ConfigError) as error:
+        validate(compose(TINY + ["runner=mpi", "runner.clock=wall"])[0])
+    assert error.value.field == "num_workers" and "3 ranks" in str(error.value) and "\n" not in str(error.value)
+    monkeypatch.setenv("PMI_SIZE", "4")
+    validate(compose(TINY + ["runner=mpi", "runner.clock=wall"])[0])
+
+
+@pytest.mark.parametrize("agreement", ["instant", "allreduce", "flood"])
+@pytest.mark.parametrize("algo", ["cb_full", "cb_static", "cb_dybw", "cb_timeout", "cb_adaptive", "isolated"])
+def test_the_wall_clock_takes_every_policy_and_agreement(algo, agreement):
+    overrides = [
+        "runner=mpi",
+        "runner.clock=wall",
+        "topology=complete",
+        f"algo={algo}",
+        f"protocol.agreement={agreement}",
+    ]
+    validate(compose(TINY + overrides)[0])
+
+
+def test_more_ranks_times_threads_than_cores_is_one_warning_line(caplog, monkeypatch):
+    from dybw.mpi import launch
+
+    monkeypatch.setattr("dybw.tf_setup.usable_cores", lambda: 2)
+    cfg, _ = compose(TINY + ["runner=mpi", "runner.clock=wall", "num_workers=16", "runner.threads=2"])
+    with caplog.at_level("WARNING", logger="dybw"):
+        assert launch.warn_if_oversubscribed(cfg)
+    assert len(caplog.records) == 1
+    message = caplog.records[0].getMessage()
+    assert "16 ranks x 2" in message and "= 32 > 2 usable cores" in message and "\n" not in message
+    caplog.clear()
+    cfg, _ = compose(TINY + ["runner=mpi", "runner.ranks=2"])
+    with caplog.at_level("WARNING", logger="dybw"):
+        assert not launch.warn_if_oversubscribed(cfg)
+    assert not caplog.records
 
 
 def test_a_b_some_workers_cannot_honour_is_clamped_not_rejected():

@@ -47,7 +47,8 @@ def quick(tmp_path_factory):
     root = tmp_path_factory.mktemp("figures")
     results, out = root / "results", root / "out"
     started = time.perf_counter()
-    proc = _figures("--quick", "--results", str(results), "--out", str(out))
+    # two training jobs at once (each in a pool process), as on a 2-core machine by default
+    proc = _figures("--quick", "--jobs", "2", "--results", str(results), "--out", str(out))
     elapsed = time.perf_counter() - started
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {"results": results, "out": out, "stdout": proc.stdout, "seconds": elapsed}
@@ -231,6 +232,38 @@ def test_a_second_run_reuses_every_job(quick):
     assert {p: p.stat().st_mtime_ns for p in summaries} == before
     assert " 0 to run" in proc.stdout and not re.search(r" [1-9]\d* to run", proc.stdout), proc.stdout
     assert time.perf_counter() - started < quick["seconds"]
+
+
+def test_jobs_in_pool_processes_give_the_bits_of_jobs_run_one_after_another(quick, tmp_path):
+    """A job's numbers do not depend on the process that runs it, nor on the jobs it ran before."""
+    import pandas as pd
+
+    from dybw.results import MEASURED_SUMMARY_KEYS
+
+    proc = _figures(
+        "--quick", "--only", "noniid", "--jobs", "1", "--results", str(tmp_path), "--out", str(tmp_path / "o")
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    serial = sorted(tmp_path.glob("*/*/summary.json"))
+    assert len(serial) >= 4
+    for path in serial:
+        pooled = quick["results"] / path.relative_to(tmp_path)
+        one, other = (json.loads(p.read_text()) for p in (path, pooled))
+        for key in MEASURED_SUMMARY_KEYS:
+            one.pop(key, None), other.pop(key, None)
+        assert one == other, path.parent.name
+        for name in ("metrics.csv", "timeline.parquet"):
+            read = pd.read_csv if name.endswith(".csv") else pd.read_parquet
+            # wall_seconds (metrics.csv) is measured, everything else computed
+            one, other = (read(p.parent / name).drop(columns=["wall_seconds"], errors="ignore") for p in (path, pooled))
+            pd.testing.assert_frame_equal(one, other, check_exact=True)
+
+
+def test_a_job_count_below_one_is_one_line_error(tmp_path):
+    proc = _figures("--jobs", "0", "--results", str(tmp_path / "r"), "--out", str(tmp_path / "o"), timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr == "error: --jobs=0 is invalid: must be at least 1 (1 runs every job in this process)\n"
+    assert not (tmp_path / "r").exists()
 
 
 def test_jobs_are_named_and_hashed_as_run_py_names_them(tmp_path):

@@ -40,6 +40,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--conf", type=Path, default=PROJECT / "conf", help="the Hydra config tree")
     parser.add_argument("--no-run", action="store_true", help="draw from existing results only; run nothing")
     parser.add_argument("--list", action="store_true", help="list the specs and their jobs, then exit")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="training jobs run at once, each in its own process (default: the usable cores; 1: in this process)",
+    )
     return parser
 
 
@@ -52,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or (Path("results") / "quick_figures" if args.quick else Path("paper_figures"))
     results = args.results
     try:
+        workers = _workers(args.jobs)
         specs = specs_mod.load_specs(args.experiments)
         selected = [s.strip() for s in args.only.split(",") if s.strip()] or [n for n in specs if specs[n].default]
         unknown = [s for s in selected if s not in specs]
@@ -66,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(
         f"{len(selected)} spec(s), {len(needed)} distinct jobs ({'quick' if args.quick else 'full'}); "
-        f"results in {results}/, figures in {out}/ (prepared in {time.perf_counter() - started:.1f} s)",
+        f"results in {results}/, figures in {out}/, {workers} training job(s) at once "
+        f"(prepared in {time.perf_counter() - started:.1f} s)",
         flush=True,
     )
     if args.list:
@@ -80,14 +88,16 @@ def main(argv: list[str] | None = None) -> int:
 
     failed = 0
     if not args.no_run:
-        owners = list(dict.fromkeys(j.spec for j in needed))
-        # clock-only specs first (seconds), then training
-        owners.sort(key=lambda name: (any(j.kind == "train" for j in needed if j.spec == name), name))
-        for name in owners:
-            from .runner import run_jobs
+        from .runner import run_jobs
 
-            counts = run_jobs(name, [j for j in needed if j.spec == name], results)
-            failed += counts["failed"]
+        # clock-only specs first (seconds), then training
+        owners = sorted(
+            dict.fromkeys(j.spec for j in needed),
+            key=lambda name: (any(j.kind == "train" for j in needed if j.spec == name), name),
+        )
+        ordered = [j for name in owners for j in needed if j.spec == name]
+        counts = run_jobs(ordered, results, workers)
+        failed = sum(c["failed"] for c in counts.values())
     run_seconds = time.perf_counter() - started
 
     from . import costs, plots, report, style
@@ -133,6 +143,18 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     return 1 if failed or failed_figures else 0
+
+
+def _workers(jobs: int | None) -> int:
+    """How many training jobs run at once: ``--jobs``, else the usable cores."""
+    from ..errors import DybwError
+    from ..tf_setup import usable_cores
+
+    if jobs is None:
+        return usable_cores()
+    if jobs < 1:
+        raise DybwError(f"--jobs={jobs} is invalid: must be at least 1 (1 runs every job in this process)")
+    return jobs
 
 
 def _validate(jobs) -> None:

@@ -1,8 +1,9 @@
-"""Run a spec's jobs in this process: reuse completed ones, train or simulate the missing ones.
+"""Run the jobs the specs need: reuse completed ones, train or simulate the missing ones.
 
 Training goes through the local runner (``runner=local``: the numbers of ``runner=mpi`` too, and TensorFlow
-is imported once for the whole sweep), except on a clock it lacks (``runner.clock=wall``: launched on MPI
-ranks by the config's runner); clock-only jobs through :func:`dybw.figures.clock_only.run_clock_job`.
+is imported once per process), in ``--jobs`` processes at once, except on a clock it lacks
+(``runner.clock=wall``: launched on MPI ranks by the config's runner, one job at a time, alone); clock-only
+jobs through :func:`dybw.figures.clock_only.run_clock_job`, in this process.
 A job whose ``summary.json`` says ``completed`` with the same config hash is never rerun.
 """
 
@@ -71,25 +72,45 @@ def run_one(job: Job, results: Path) -> tuple[dict | None, str]:
         return None, f"error: {type(error).__name__}: {error}"
 
 
-def run_jobs(name: str, jobs: list[Job], results: Path, stream=sys.stdout) -> dict:
-    """Run the missing jobs of a spec, printing one progress line per job; returns counts."""
-    started = time.perf_counter()
-    counts = {"total": len(jobs), "reused": 0, "ran": 0, "failed": 0}
-    todo = []
-    for job in jobs:
-        if completed(job, results):
-            counts["reused"] += 1
-        else:
-            todo.append(job)
-    print(
-        f"[{name}] {len(jobs)} jobs: {counts['reused']} already completed, {len(todo)} to run", file=stream, flush=True
-    )
-    for i, job in enumerate(todo, 1):
-        t0 = time.perf_counter()
-        summary, note = run_one(job, results)
+def is_wall_clock(job: Job) -> bool:
+    """A job that measures real time on MPI ranks: it must have the machine to itself."""
+    return job.kind == "train" and (job.plain.get("runner") or {}).get("clock") == "wall"
+
+
+def _quiet_worker() -> None:
+    """A pool worker leaves Ctrl-C to the parent, which stops the sweep and reports what finished."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _timed_run(job: Job, results: Path) -> tuple[dict | None, str, float]:
+    t0 = time.perf_counter()
+    summary, note = run_one(job, results)
+    return summary, note, time.perf_counter() - t0
+
+
+class _Progress:
+    """One line per finished job, numbered per spec, whichever process ran it."""
+
+    def __init__(self, todo: dict[str, list[Job]], totals: dict[str, int], stream):
+        self.stream = stream
+        self.started = time.perf_counter()
+        self.counts = {
+            name: {"total": totals[name], "reused": totals[name] - len(jobs), "ran": 0, "failed": 0}
+            for name, jobs in todo.items()
+        }
+        for name, jobs in todo.items():
+            print(
+                f"[{name}] {totals[name]} jobs: {totals[name] - len(jobs)} already completed, {len(jobs)} to run",
+                file=stream,
+                flush=True,
+            )
+
+    def done(self, job: Job, summary: dict | None, note: str, seconds: float) -> None:
+        counts = self.counts[job.spec]
         ok = summary is not None and summary.get("status") == "completed"
         counts["ran" if ok else "failed"] += 1
-        what = f"{job.experiment}/{job.dirname}"
         if ok:
             acc = summary.get("final_test_accuracy")
             result = (
@@ -98,12 +119,68 @@ def run_jobs(name: str, jobs: list[Job], results: Path, stream=sys.stdout) -> di
         else:
             result = (summary or {}).get("status", "failed") + (f" ({note})" if note else "")
             note = ""
+        finished = counts["reused"] + counts["ran"] + counts["failed"]
         print(
-            f"[{name}] {counts['reused'] + i}/{len(jobs)} {job.kind:5s} {what}: {result} "
-            f"({time.perf_counter() - t0:.1f} s; elapsed {time.perf_counter() - started:.0f} s)"
-            + (f" [{note}]" if note else ""),
-            file=stream,
+            f"[{job.spec}] {finished}/{counts['total']} {job.kind:5s} {job.experiment}/{job.dirname}: {result} "
+            f"({seconds:.1f} s; elapsed {time.perf_counter() - self.started:.0f} s)" + (f" [{note}]" if note else ""),
+            file=self.stream,
             flush=True,
         )
-    counts["seconds"] = time.perf_counter() - started
-    return counts
+
+
+def run_jobs(jobs: list[Job], results: Path, workers: int = 1, stream=sys.stdout) -> dict[str, dict]:
+    """Run the jobs not completed yet, one progress line each; returns per spec its counts and seconds.
+
+    Clock-only jobs run here first (milliseconds each).  Training jobs on the virtual clock run in
+    ``workers`` processes at once: each job runs on ``runner.threads`` threads (1 by default), so one
+    process leaves the other cores idle, and a job's numbers do not depend on the process that computes
+    them.  Wall-clock jobs run last, one at a time and alone, since they measure real time.
+    """
+    totals: dict[str, int] = {}
+    todo: dict[str, list[Job]] = {}
+    for job in jobs:
+        totals[job.spec] = totals.get(job.spec, 0) + 1
+        todo.setdefault(job.spec, [])
+        if not completed(job, results):
+            todo[job.spec].append(job)
+    progress = _Progress(todo, totals, stream)
+    pending = [job for spec_jobs in todo.values() for job in spec_jobs]
+    clock = [job for job in pending if job.kind == "clock"]
+    wall = [job for job in pending if is_wall_clock(job)]
+    virtual = [job for job in pending if job.kind != "clock" and not is_wall_clock(job)]
+
+    for job in clock:
+        progress.done(job, *_timed_run(job, results))
+    if workers > 1 and len(virtual) > 1:
+        _run_in_pool(virtual, results, min(workers, len(virtual)), progress)
+    else:
+        for job in virtual:
+            progress.done(job, *_timed_run(job, results))
+    for job in wall:
+        progress.done(job, *_timed_run(job, results))
+    seconds = time.perf_counter() - progress.started
+    return {name: {**counts, "seconds": seconds} for name, counts in progress.counts.items()}
+
+
+def _run_in_pool(jobs: list[Job], results: Path, workers: int, progress: _Progress) -> None:
+    """``jobs`` on ``workers`` fresh processes (spawned: TensorFlow must not be forked), in the given order."""
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_quiet_worker)
+    try:
+        running = {pool.submit(_timed_run, job, results): job for job in jobs}
+        while running:
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                job = running.pop(future)
+                try:
+                    progress.done(job, *future.result())
+                except Exception as error:  # noqa: BLE001 - a worker that died fails its job, not the sweep
+                    progress.done(job, None, f"error: {type(error).__name__}: {error}", 0.0)
+    except KeyboardInterrupt:
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in list(getattr(pool, "_processes", {}).values()):
+            process.terminate()
+        raise
+    pool.shutdown()
