@@ -279,7 +279,7 @@ def claim_c3(ctx: Context, groups=None) -> Claim:
         everyone = all(h[0] == h[1] and h[1] > 0 for h in hit)
         values[name] = {"mean": stats[0], "std": stats[1], "seeds": stats[2], "all_reached": everyone}
         target = frame["target_accuracy"].iloc[0]
-        parts.append(f"{name} {fmt_pm(stats, 2)}x (target {target:g})")
+        parts.append(f"{name} {fmt_pm(stats, 2, unit='x')} (target {target:g})")
         if groups is not None or _judged(name):
             strict.append(everyone and stats[2] > 0 and 0.5 <= stats[0] <= 2)
             loose.append(stats[2] > 0 and 0.2 <= stats[0] <= 5)
@@ -289,7 +289,7 @@ def claim_c3(ctx: Context, groups=None) -> Claim:
             rat = (
                 "-"
                 if label == analysis.REFERENCE
-                else fmt_pm(analysis.ratio(frame, label, "iterations_to_target"), 2) + "x"
+                else fmt_pm(analysis.ratio(frame, label, "iterations_to_target"), 2, unit="x")
             )
             table.append(f"| {name} | {label} | {fmt_pm(its, 0)} | {r[0]}/{r[1]} | {rat} |")
     verdict = _verdict(strict, loose, not getattr(ctx, "missing", []))
@@ -532,7 +532,7 @@ def claim_c6(ctx: Context) -> Claim:
         a_f = analysis.values(frame, "final_test_accuracy", label=analysis.REFERENCE, split=split)
         hit = [analysis.reached(frame, label=name, split=split) for name in (DYBW, analysis.REFERENCE)]
         table.append(
-            f"| {split} | {_pct(red)} | {fmt_pm(its, 2)}x | {fmt_pm(acc, 2, 100)} points | "
+            f"| {split} | {_pct(red)} | {fmt_pm(its, 2, unit='x')} | {fmt_pm(acc, 2, 100)} points | "
             f"{fmt_pm(a_d, 4)} | {fmt_pm(a_f, 4)} |"
         )
         values[split] = {
@@ -548,7 +548,8 @@ def claim_c6(ctx: Context) -> Claim:
                 acc[2] > 0 and abs(acc[0]) <= 0.01,
             ]
             parts.append(
-                f"{split}: T {_pct(red)} shorter, iterations {fmt_pm(its, 2)}x, accuracy {fmt_pm(acc, 2, 100)} points"
+                f"{split}: T {_pct(red)} shorter, iterations {fmt_pm(its, 2, unit='x')}, "
+                f"accuracy {fmt_pm(acc, 2, 100)} points"
             )
     verdict = "reproduced" if checks and all(checks) else ("partly" if any(checks) else "not")
     why = (
@@ -726,7 +727,7 @@ def section_baselines(ctx: Context) -> list[str]:
                                                           suffixes=("", "_ref"))  # fmt: skip
             ratio = analysis.mean_std(both["time_to_target"] / both["time_to_target_ref"])
             lines.append(f"| {preset}, {split} | {rank} | {method} | {fmt_pm(t, 1, 1, ' s')} | {reached}/{total} | "
-                         f"{fmt_pm(a, 4)} | {fmt_pm(ratio, 2)}x |")  # fmt: skip
+                         f"{fmt_pm(a, 4)} | {fmt_pm(ratio, 2, unit='x')} |")  # fmt: skip
         dybw_rank = next((i for i, r in enumerate(ranking, 1) if r[2].startswith("cb-DyBW (flood)")), None)
         if ranking[0][0]:  # even the first missed the target in some run: nobody is "fastest"
             findings.append(f"{preset}/{split}: no method reached the target in every run")
@@ -752,7 +753,8 @@ def _adaptive_vs_best_static(frame: pd.DataFrame) -> str:
         both = adaptive.merge(static[["seed", "time_to_target"]], on="seed", suffixes=("", "_static"))
         ratio = analysis.mean_std(both["time_to_target"] / both["time_to_target_static"])
         verdict = "within" if ratio[2] and ratio[0] <= 1.10 else "not within"
-        parts.append(f"{split}: {fmt_pm(ratio, 2)}x the best static b ({static['method'].iloc[0]}), {verdict} 10 %")
+        best = static["method"].iloc[0]
+        parts.append(f"{split}: {fmt_pm(ratio, 2, unit='x')} the best static b ({best}), {verdict} 10 %")
     if not parts:
         return ""
     return " cb-Adaptive, with no global information, on the 'paper' delays: " + "; ".join(parts) + "."
