@@ -95,6 +95,8 @@ def test_full_figures_keep_the_titles_of_their_specs():
     assert title_for_data("CIFAR-10: convergence", {"cifar10"}) == "CIFAR-10: convergence"
     assert title_for_data("Speed-up vs N", {"synthetic"}) == "Speed-up vs N"
     assert title_for_data("MNIST, i.i.d. vs non-i.i.d.", {"synthetic"}) == "Synthetic data, i.i.d. vs non-i.i.d."
+    assert title_for_data("cb-DyBW against the others on MNIST", {"mnist"}) == "cb-DyBW against the others on MNIST"
+    assert title_for_data("cb-DyBW on MNIST", {"synthetic"}) == "cb-DyBW on synthetic data"
 
 
 def test_redrawing_without_any_results_draws_every_figure_as_empty(tmp_path):

@@ -656,7 +656,7 @@ def baselines(ctx: Context) -> Drawn:
         f"{style.describe_delay(plain['straggler']['control'])}); cb-DyBW (instant) is the paper's idealisation, "
         f"cb-Full (no barrier) runs without one. cb-Static and cb-Timeout: the best b and deadline in hindsight "
         f"(lowest mean time to target) among those run: {picked}. Presets: 'paper' (communication-dominated) and "
-        f"'compute_bound' (compute-dominated). Setup: {style.describe_training(plain)}. "
+        f"'compute_bound' (compute-dominated). Setup: {style.describe_training(plain, splits=splits)}. "
         f"Source: {_source(ctx, jobs)}."
     )
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption))

@@ -267,10 +267,13 @@ def title_for_data(title: str, datasets: set[str]) -> str:
         return title
     used = " and ".join(_dataset_name(d) for d in sorted(datasets))
     used = used + " data" if datasets == {"synthetic"} else used
+    spec_title = title
     for key, shown in DATASET_NAMES.items():
         if key not in datasets:
             title = re.sub(rf"(?<![\w-]){re.escape(shown)}(?![\w-])", used, title)
-    return title[:1].upper() + title[1:]
+    if title != spec_title and title.startswith(used):  # "synthetic data: ..." opens a sentence
+        title = title[:1].upper() + title[1:]
+    return title  # a spec's own title keeps its case ("cb-DyBW against ...")
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -166,18 +166,20 @@ def describe_graph(plain: dict, topology: dict | None) -> str:
     return text
 
 
-def describe_training(plain: dict, step: bool = True) -> str:
+def describe_training(plain: dict, step: bool = True, splits=None) -> str:
+    """The task of a job's config; ``splits``: the data splits the figure's panels use, if several."""
     data, model, algo = plain["dataset"], plain["model"], plain["algo"]
     if data.get("features") == "raw":
         features = "raw pixels" + (", random crops and flips" if data.get("augment", "none") != "none" else "")
     else:
         features = f"PCA-{data['pca_dim']}" if data.get("pca_dim") else f"{data.get('input_dim', '')}-d"
     model_text = MODELS[model["name"]].describe(model)
-    split = {
+    split_names = {
         "iid": "i.i.d. split",
         "shards": f"label shards ({data['shards_per_worker']} per worker)",
         "dirichlet": f"Dirichlet(alpha={data['dirichlet_alpha']}) split",
-    }[data["split"]]
+    }
+    split = " or ".join(split_names[name] for name in (splits or [data["split"]]))
     step_text = f"step {algo['eta0']:g}" + ("" if algo["delta"] == 1 else f" x {algo['delta']:g}^k")
     name = {"mnist": "MNIST", "cifar10": "CIFAR-10", "synthetic": "synthetic Gaussian mixture"}[data["name"]]
     return (
