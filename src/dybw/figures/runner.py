@@ -129,7 +129,7 @@ class _Progress:
 
 
 def run_jobs(jobs: list[Job], results: Path, workers: int = 1, stream=sys.stdout) -> dict[str, dict]:
-    """Run the jobs not completed yet, one progress line each; returns per spec its counts and seconds.
+    """Run the jobs not completed yet, one progress line each; returns per spec its counts.
 
     Clock-only jobs run here first (milliseconds each).  Training jobs on the virtual clock run in
     ``workers`` processes at once: each job runs on ``runner.threads`` threads (1 by default), so one
@@ -158,8 +158,7 @@ def run_jobs(jobs: list[Job], results: Path, workers: int = 1, stream=sys.stdout
             progress.done(job, *_timed_run(job, results))
     for job in wall:
         progress.done(job, *_timed_run(job, results))
-    seconds = time.perf_counter() - progress.started
-    return {name: {**counts, "seconds": seconds} for name, counts in progress.counts.items()}
+    return progress.counts
 
 
 def _run_in_pool(jobs: list[Job], results: Path, workers: int, progress: _Progress) -> None:
