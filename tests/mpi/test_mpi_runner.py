@@ -175,6 +175,73 @@ def test_a_long_wall_clock_run_holds_only_the_current_and_next_iterations_messag
     assert len(late) > 100  # the drop path is exercised
 
 
+def _batch(tmp_path, jobs: dict[str, list[str]]) -> list:
+    """Run the named wall-clock jobs (4 ranks) in one MPI world; returns what each yielded."""
+    from dybw.config import validate
+    from dybw.mpi.runner import MpiRunner
+    from dybw.results import config_hash
+    from helpers import compose
+
+    common = TINY + SLOW_DELAYS + ["num_workers=4", "topology=complete", "runner=mpi", "runner.clock=wall"]
+    items = []
+    for name, overrides in jobs.items():
+        cfg, plain = compose(common + overrides)
+        validate(cfg)
+        items.append((cfg, tmp_path / name, plain, config_hash(plain)))
+    assert len({MpiRunner.batch_key(cfg) for cfg, *_ in items}) == 1
+    return [result for result, _ in MpiRunner.run_batch(items)]
+
+
+def test_wall_clock_jobs_in_one_world_each_write_their_own_results(tmp_path):
+    """Two jobs, one world (the ranks start once: the same pids ran both), each with its own complete
+    results; a job that diverges is recorded as such and the next one still runs."""
+    from dybw.errors import Diverged
+
+    results = _batch(
+        tmp_path,
+        {
+            "first": ["algo=cb_dybw", "iterations=12", "eval_every=12"],
+            "diverges": [
+                "algo=cb_full",
+                "iterations=12",
+                "eval_every=4",
+                "algo.eta0=1e30",
+                "model=mlp",
+                "model.hidden=[16]",
+            ],
+            "third": ["algo=cb_static", "algo.update=cta", "iterations=8", "eval_every=8"],
+        },
+    )
+    assert isinstance(results[1], Diverged)
+    for name, result, iterations in (("first", results[0], 12), ("third", results[2], 8)):
+        assert result["status"] == "completed", result
+        assert len(pd.read_parquet(tmp_path / name / "timeline.parquet")) == iterations * 4
+        assert list(pd.read_csv(tmp_path / name / "metrics.csv")["iteration"]) == [0, iterations]
+    pids = [{beat["pid"] for beat in read_heartbeats(tmp_path / name).values()} for name in ("first", "third")]
+    assert len(pids[0]) == 4 and pids[0] == pids[1]
+    assert _no_rank_left(tmp_path / "first")  # the world was started for the first job
+
+
+def test_a_failed_rank_in_a_shared_world_fails_its_job_and_the_jobs_after_it(tmp_path):
+    from dybw.mpi.launch import RankFailure
+
+    fault = ["runner.fault=raise", "runner.fault_rank=2", "runner.fault_iteration=3"]
+    results = _batch(
+        tmp_path,
+        {
+            "ok": ["iterations=6", "eval_every=6"],
+            "faulty": ["iterations=6", "eval_every=2", *fault],
+            "after": ["iterations=6", "eval_every=6"],
+        },
+    )
+    assert results[0]["status"] == "completed"
+    assert isinstance(results[1], RankFailure) and "rank 2" in str(results[1]) and "injected fault" in str(results[1])
+    assert pd.read_json(tmp_path / "faulty" / "summary.json", typ="series")["status"] == "failed"
+    assert isinstance(results[2], RankFailure) and "not run" in str(results[2])
+    assert not (tmp_path / "after" / "summary.json").exists()
+    assert _no_rank_left(tmp_path / "ok")
+
+
 def _no_rank_left(job_dir) -> bool:
     out = subprocess.run(["pgrep", "-f", f"dybw.mpi {job_dir}"], capture_output=True, text=True)
     return out.stdout.strip() == ""

@@ -114,6 +114,10 @@ class LogRelay(logging.Handler):
         logger.propagate = False
         return handler
 
+    def uninstall(self) -> None:
+        """Stop relaying (the next job of the world relays into its own directory)."""
+        logging.getLogger("dybw").removeHandler(self)
+
 
 class LogReader:
     """The parent side of :class:`LogRelay`: logs every complete record not yet logged."""

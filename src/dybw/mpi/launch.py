@@ -1,12 +1,15 @@
-"""The parent side of ``runner=mpi``: launch one MPI world per job, watch it, never leave orphans.
+"""The parent side of ``runner=mpi``: launch an MPI world per job (or per batch of jobs), watch it, never
+leave orphans.
 
-``run.py`` calls :func:`launch_job` for each Hydra job.  It writes ``<job dir>/.mpi/job.json`` (the
-resolved config), runs ``<runner.launcher> python -m dybw.mpi <job dir>`` (default
-``mpiexec -n {ranks}``) in its own process group, forwards its output (rank 0's progress bar), and
-watches the ranks' heartbeats, logging rank 0's log records (``.mpi/log.jsonl``) as they come.  A rank
-that raises (its ``.error`` file), dies (its pid vanishes) or hangs (no heartbeat for
-``runner.timeout_s``) fails the job with that rank named; the whole process group is then killed.
-Whatever rank 0 measured before stays in the job directory.
+``run.py`` calls :func:`launch_job` for each Hydra job; the figure pipeline calls :func:`launch_jobs` for
+its wall-clock jobs, which then share one world (and one start-up of the ranks).  Each job's resolved
+config goes to ``<job dir>/.mpi/job.json``; the world runs ``<runner.launcher> python -m dybw.mpi <job
+dir> ...`` (default ``mpiexec -n {ranks}``) in its own process group, its output (rank 0's progress bar)
+is forwarded, and the ranks' heartbeats are watched job by job, logging rank 0's log records
+(``.mpi/log.jsonl``) as they come.  A rank that raises (its ``.error`` file), dies (its pid vanishes) or
+hangs (no heartbeat for ``runner.timeout_s``) fails the job with that rank named; the whole process
+group is then killed, and the jobs after it are reported as not run.  Whatever rank 0 measured before
+stays in the job directory.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import Diverged, DybwError, interruption
@@ -29,6 +33,7 @@ from ..results import Summary, atomic_write_json, timeline_from_checkpoint
 from .health import HOST, LogReader, mpi_dir, read_errors, read_heartbeats
 
 POLL_SECONDS = 0.1
+EXIT_SECONDS = 30.0  # how long ranks whose jobs are all over may take to exit before they are killed
 
 
 class RankFailure(DybwError):
@@ -83,7 +88,7 @@ def find_launcher(program: str) -> str | None:
     return shutil.which(program)
 
 
-def launch_command(cfg, job_dir: Path) -> list[str]:
+def launch_command(cfg, *job_dirs: Path) -> list[str]:
     ranks = resolve_ranks(cfg)
     launcher = [part.format(ranks=ranks) for part in cfg.runner.launcher]
     program = find_launcher(launcher[0])
@@ -92,7 +97,7 @@ def launch_command(cfg, job_dir: Path) -> list[str]:
             f"runner.launcher={cfg.runner.launcher!r} is invalid: {launcher[0]!r} is not on PATH "
             f"(pip install mpich provides mpiexec; runner=local needs no MPI)"
         )
-    return [program, *launcher[1:], sys.executable, "-m", "dybw.mpi", str(job_dir)]
+    return [program, *launcher[1:], sys.executable, "-m", "dybw.mpi", *map(str, job_dirs)]
 
 
 # Lines the launcher restates in its one-line error: a failing rank's own message and MPICH's abort notice.
@@ -267,21 +272,29 @@ def watch(
     startup_timeout_s: float,
     output=lambda: "",
     on_poll=lambda: None,
+    job_ended=lambda: False,
 ) -> str | None:
-    """Wait for the world to end, calling ``on_poll()`` at every poll; returns None on success, else one
+    """Wait for the world to end, or for ``job_ended()`` (the job in ``job_dir`` is over while the world
+    goes on with the next one), calling ``on_poll()`` at every poll; returns None on success, else one
     line naming the failed rank."""
     started = time.time()
     exits = _DeathWatch(job_dir, ranks)
     exits.start()
     try:
-        return _watch(process, job_dir, ranks, timeout_s, startup_timeout_s, output, started, exits.order, on_poll)
+        return _watch(
+            process, job_dir, ranks, timeout_s, startup_timeout_s, output, started, exits.order, on_poll, job_ended
+        )
     finally:
         exits.finished.set()
 
 
-def _watch(process, job_dir, ranks, timeout_s, startup_timeout_s, output, started, exits, on_poll) -> str | None:
+def _watch(
+    process, job_dir, ranks, timeout_s, startup_timeout_s, output, started, exits, on_poll, job_ended
+) -> str | None:
     failure = None
     while process.poll() is None:
+        if job_ended():
+            return None
         time.sleep(POLL_SECONDS)
         on_poll()
         errors = read_errors(job_dir)
@@ -295,7 +308,8 @@ def _watch(process, job_dir, ranks, timeout_s, startup_timeout_s, output, starte
         )
         if failure:
             break
-    if failure is None and process.returncode != 0:
+    # A world's exit code is its worst job's (a diverged one: 3): it fails this job only if it did not end.
+    if failure is None and process.returncode != 0 and not job_ended():
         errors = read_errors(job_dir)
         beats = read_heartbeats(job_dir)
         rank = _reported_rank(output(), beats)
@@ -310,24 +324,65 @@ def _watch(process, job_dir, ranks, timeout_s, startup_timeout_s, output, starte
 
 
 def launch_job(cfg, job_dir: Path, plain: dict, digest: str) -> dict:
-    """Run one job as an MPI world; returns the summary rank 0 wrote (or a 'failed' one)."""
-    job_dir = Path(job_dir)
-    folder = mpi_dir(job_dir)
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    # parent: the ranks watch this process and exit if it dies (even by SIGKILL), so none is orphaned
-    atomic_write_json(
-        folder / "job.json", {"config": plain, "digest": digest, "parent": {"pid": os.getpid(), "host": HOST}}
-    )
-    (job_dir / "summary.json").unlink(missing_ok=True)
-    command = launch_command(cfg, job_dir)
-    ranks = resolve_ranks(cfg)
-    started = time.perf_counter()
+    """Run one job as an MPI world; returns the summary rank 0 wrote (or raises what failed it)."""
+    ((result, _),) = launch_jobs([(cfg, Path(job_dir), plain, digest)])
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+def _all_finished(job_dir: Path, ranks: int) -> bool:
+    """Every rank's heartbeat in ``job_dir`` says its part of the job is over (rank 0's after its results)."""
+    beats = read_heartbeats(job_dir)
+    return len(beats) == ranks and all(beat.get("finished") for beat in beats.values())
+
+
+def launch_jobs(jobs: list[tuple]) -> Iterator[tuple[dict | BaseException, float]]:
+    """Run ``jobs`` -- ``(cfg, job_dir, plain, digest)`` each, all with the same ranks, launcher and
+    TensorFlow threads -- one after the other in one MPI world; yields, job by job as each ends, the
+    summary rank 0 wrote (or the exception that failed the job: :class:`Diverged`, :class:`RankFailure`)
+    and the job's seconds.  After a failed rank the world is gone: the jobs after it fail without running.
+    Ctrl-C kills the world and is raised."""
+    first = jobs[0][0]
+    for _, job_dir, plain, digest in jobs:
+        folder = mpi_dir(job_dir)
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        # parent: the ranks watch this process and exit if it dies (even by SIGKILL), so none is orphaned
+        atomic_write_json(
+            folder / "job.json", {"config": plain, "digest": digest, "parent": {"pid": os.getpid(), "host": HOST}}
+        )
+        (job_dir / "summary.json").unlink(missing_ok=True)
+    command = launch_command(first, *(job_dir for _, job_dir, _, _ in jobs))
+    ranks = resolve_ranks(first)
     process = subprocess.Popen(
         command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
     )
     forwarder = _Forwarder(process.stdout)
     forwarder.start()
+    failed_at = current = None
+    try:
+        for cfg, job_dir, _, digest in jobs:
+            started = time.perf_counter()
+            if failed_at is not None:
+                yield RankFailure(f"not run: the MPI world ended at the job in {failed_at}"), 0.0
+                continue
+            current = job_dir
+            failure = _watch_job(process, forwarder, cfg, job_dir, ranks, digest, started)
+            if failure:
+                failed_at = job_dir
+            yield _result(job_dir, failure), time.perf_counter() - started
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=EXIT_SECONDS)  # every job is over: the ranks only finalise MPI
+    finally:
+        if process.poll() is None:
+            _kill_world(process, current or jobs[0][1])
+        forwarder.join(timeout=2)
+
+
+def _watch_job(process, forwarder, cfg, job_dir: Path, ranks: int, digest: str, started: float) -> str | None:
+    """Watch the world while it runs the job in ``job_dir``; None when the job ended, else why it failed
+    (the world is then killed, and a summary written if rank 0 left none)."""
     logs = LogReader(job_dir)
     failure = None
     try:
@@ -339,14 +394,14 @@ def launch_job(cfg, job_dir: Path, plain: dict, digest: str) -> dict:
             cfg.runner.startup_timeout_s,
             lambda: forwarder.tail.decode(errors="replace"),
             on_poll=logs.relay,
+            job_ended=lambda: _all_finished(job_dir, ranks),
         )
     except KeyboardInterrupt as error:
         failure = interruption(error)
         raise
     finally:
-        if process.poll() is None or failure:
+        if failure:
             _kill_world(process, job_dir)
-        forwarder.join(timeout=2)
         logs.relay()  # what rank 0 logged last (the W&B run's path comes at the very end)
         if failure:
             summary = _read(job_dir)
@@ -356,11 +411,16 @@ def launch_job(cfg, job_dir: Path, plain: dict, digest: str) -> dict:
                 timeline_from_checkpoint(job_dir, digest)
                 wall = time.perf_counter() - started
                 Summary.from_metrics_file(cfg, job_dir, status, failure, digest, wall).write(job_dir)
+    return failure
+
+
+def _result(job_dir: Path, failure: str | None) -> dict | BaseException:
+    """The job's summary, or the exception that says why it has none to give."""
     summary = _read(job_dir)
     if summary is not None and summary.get("status") == "diverged":
-        raise Diverged(summary.get("message", "diverged"))
+        return Diverged(summary.get("message", "diverged"))
     if failure or summary is None:
-        raise RankFailure(failure or "rank 0 wrote no summary.json")
+        return RankFailure(failure or "rank 0 wrote no summary.json")
     return summary
 
 

@@ -101,19 +101,42 @@ class MpiRunner(Runner):
                     f"MPI speaks: srun --mpi=pmi2 or --mpi=pmix, or SLURM_MPI_TYPE)"
                 )
             return run_in_world(MPI.COMM_WORLD, cfg, graph, job_dir, resolved, digest)
-        from ..data import fetch_dataset_files
-        from ..results import Summary
         from .launch import launch_job, warn_if_oversubscribed
 
         warn_if_oversubscribed(cfg)
-
-        # R ranks would otherwise each verify (and race to download) the files, and a missing one would
-        # reach the user through a rank's abort instead of as the one line runner=local gives.
-        try:
-            fetch_dataset_files(cfg.dataset, cfg.data_dir)
-        except DataError as error:
-            Summary.from_metrics_file(cfg, job_dir, "failed", f"{type(error).__name__}: {error}", digest, 0.0).write(
-                job_dir
-            )
-            raise
+        _fetch_files(cfg, job_dir, digest)
         return launch_job(cfg, job_dir, resolved, digest)
+
+    @staticmethod
+    def batch_key(cfg) -> tuple:
+        """Jobs with the same key can share one MPI world (:meth:`run_batch`): same ranks, launcher, threads."""
+        from .launch import resolve_ranks
+
+        return (resolve_ranks(cfg), tuple(cfg.runner.launcher), cfg.runner.threads)
+
+    @classmethod
+    def run_batch(cls, jobs: list[tuple]):
+        """Launch ``jobs`` -- ``(cfg, job_dir, resolved, digest)`` each, one :meth:`batch_key` -- in one MPI
+        world, one after the other (the ranks start once); yields each job's summary, or the exception
+        that failed it, and its seconds (:func:`dybw.mpi.launch.launch_jobs`)."""
+        from .launch import launch_jobs, warn_if_oversubscribed
+
+        warn_if_oversubscribed(jobs[0][0])
+        for cfg, job_dir, _, digest in jobs:
+            _fetch_files(cfg, job_dir, digest)
+        yield from launch_jobs(jobs)
+
+
+def _fetch_files(cfg, job_dir: Path, digest: str) -> None:
+    """The dataset's files, checked here: R ranks would otherwise each verify (and race to download) them,
+    and a missing one would reach the user through a rank's abort instead of as the one line
+    runner=local gives."""
+    from ..data import fetch_dataset_files
+    from ..results import Summary
+
+    try:
+        fetch_dataset_files(cfg.dataset, cfg.data_dir)
+    except DataError as error:
+        message = f"{type(error).__name__}: {error}"
+        Summary.from_metrics_file(cfg, job_dir, "failed", message, digest, 0.0).write(job_dir)
+        raise

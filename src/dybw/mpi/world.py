@@ -46,6 +46,12 @@ def run_in_world(comm, cfg, graph, job_dir: Path, plain: dict, digest: str) -> d
     def make_engine(cfg_, graph_, dataset, network):
         return Engine(comm, cfg_, graph_, dataset, network, on_iteration=on_iteration, on_wait=heartbeat.waiting)
 
-    summary = train(cfg, graph, job_dir, plain, digest, make_engine=make_engine, writes=comm.rank == 0)
+    from ..errors import Diverged
+
+    try:
+        summary = train(cfg, graph, job_dir, plain, digest, make_engine=make_engine, writes=comm.rank == 0)
+    except Diverged:
+        heartbeat.beat(heartbeat.iteration, finished=True)  # every rank agreed: the job ended, not the rank
+        raise
     heartbeat.beat(cfg.iterations, finished=True)
     return summary
