@@ -226,3 +226,29 @@ def test_local_test_accuracy_is_the_mean_of_each_local_models_accuracy(tmp_path)
     ]
     assert rows[-1]["local_test_accuracy"] == pytest.approx(np.mean(accuracies), abs=1e-12)
     assert len(set(np.round(accuracies, 6))) > 1  # the local models differ: the mean is not one model's
+
+
+def test_a_job_on_a_trainer_an_earlier_job_released_gives_the_bits_of_a_fresh_one(tmp_path):
+    """Jobs of one process share compiled programs (trainer.stacked_trainer): the second job, run on the
+    trainer the first released (other seed, other policy, other data split), equals the same job on a new
+    trainer, file for file; a job with another graph gets a trainer of its own."""
+    from dybw import trainer as trainer_module
+
+    first = ["algo=cb_full", "seed=3", "topology=erdos_renyi", "topology.p=0.6", "model=mlp", "model.hidden=[8]"]
+    second = ["algo=cb_dybw", "seed=5", "dataset.split=shards", *first[2:]]
+    trainer_module._RELEASED.clear()
+    run_config(TINY + first, tmp_path / "first")
+    (shared,) = trainer_module._RELEASED.values()
+    run_config(TINY + second, tmp_path / "reused")
+    assert list(trainer_module._RELEASED.values()) == [shared]  # the second job ran on it and gave it back
+    trainer_module._RELEASED.clear()
+    run_config(TINY + second, tmp_path / "fresh")
+    assert list(trainer_module._RELEASED.values()) != [shared]
+    for name in ("metrics.csv", "timeline.parquet", "links.parquet"):
+        read = pd.read_csv if name.endswith(".csv") else pd.read_parquet
+        reused, fresh = (read(tmp_path / run / name) for run in ("reused", "fresh"))
+        pd.testing.assert_frame_equal(
+            reused.drop(columns="wall_seconds", errors="ignore"), fresh.drop(columns="wall_seconds", errors="ignore")
+        )
+    run_config(TINY + [*second, "topology.seed=1"], tmp_path / "other_graph")
+    assert len(trainer_module._RELEASED) == 2

@@ -31,7 +31,7 @@ from .mixing import gathered_weights, mixing_matrices, mixing_sources
 from .sampling import BatchSampler
 from .stragglers import DelaySampler
 from .tf_setup import use_threads
-from .trainer import StackedTrainer
+from .trainer import StackedTrainer, release_trainer, stacked_trainer
 
 
 def delays_and_clock(cfg, graph) -> tuple[DelaySampler, VirtualClock]:
@@ -191,6 +191,10 @@ class Engine:
     def run(self, on_evaluation, on_progress=None, on_checkpoint=None, resume_from=None) -> RunOutcome:
         raise NotImplementedError
 
+    def release(self) -> None:
+        """The job is over: its trainer's compiled programs may serve this process's next job."""
+        release_trainer(self.trainer)
+
     def gather_params(self):
         """Every worker's parameters ``[N, P]`` where evaluations happen (None on other processes)."""
         return self.trainer.params
@@ -291,7 +295,7 @@ class IterationEngine(Engine):
         self.schedule = Schedule(cfg, graph, dataset.shards, self.workers)
         self.sources = mixing_sources(graph.adjacency)[self.workers]  # [M, S] global worker ids
         use_threads(cfg.runner.threads)
-        self.trainer = StackedTrainer(
+        self.trainer = stacked_trainer(
             network,
             dataset,
             cfg.algo.update,

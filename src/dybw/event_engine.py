@@ -38,7 +38,7 @@ from .rng import UniformStream
 from .sampling import WorkerBatches
 from .stragglers import DelaySampler
 from .tf_setup import use_threads
-from .trainer import StackedTrainer
+from .trainer import StackedTrainer, stacked_trainer
 
 # What a worker's pending event is.
 START, AVERAGING, FINISHING = 0, 1, 2
@@ -275,7 +275,7 @@ class EventEngine(Engine):
         self.schedule = EventSchedule(cfg, graph, dataset.shards, self.algorithm)
         use_threads(cfg.runner.threads)
         initial = network.initial_params(cfg.model_seed)
-        self.trainer = StackedTrainer(network, dataset, None, cfg.model.weight_decay, initial, cfg.num_workers, None)
+        self.trainer = stacked_trainer(network, dataset, None, cfg.model.weight_decay, initial, cfg.num_workers, None)
         tf = self.trainer.tf
         self.gradients = tf.zeros([cfg.num_workers, network.num_params], tf.float32)  # G: each step's gradient
         self.timeline = EventTimeline(cfg.iterations, cfg.num_workers)

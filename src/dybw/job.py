@@ -205,4 +205,9 @@ def train(cfg, graph, job_dir: Path, resolved: dict, digest: str, make_engine, w
     except BaseException as error:
         finalize(run, error)
         raise
-    return finalize(run)
+    else:
+        return finalize(run)
+    finally:
+        release = getattr(run.engine, "release", None)  # an engine of a plugin's may not subclass Engine
+        if release is not None:
+            release()

@@ -17,6 +17,8 @@ draws ``[M, B, 3]`` of :mod:`.augment`.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 
 from .augment import crop_and_flip
@@ -27,8 +29,56 @@ from .tf_setup import import_tensorflow
 EVALUATION_CHUNK = 2500
 
 
+# Trainers released by the jobs of this process (:func:`release_trainer`), by program key, most recent last.
+_RELEASED: OrderedDict = OrderedDict()
+RELEASED_TRAINERS = 4  # each holds its dataset's variables (tens of MB) and its compiled programs
+
+
+def stacked_trainer(network, dataset, update, weight_decay, initial, num_workers, sources) -> StackedTrainer:
+    """A :class:`StackedTrainer` for these arguments -- one an earlier job of this process released, if its
+    compiled programs fit, with this job's data and initial parameters loaded into it.
+
+    Tracing and XLA-compiling a trainer's programs takes 1-3 s; a figure sweep runs hundreds of jobs that
+    differ only in seeds and delays, i.e. in values, not in programs.  A program is a function of the
+    network's structure (its ``program_key``; a network without one is never shared), the update order,
+    the weight decay, the hosted rows, their mixing sources and the data's shapes: the same key, the same
+    compiled code, so a job's numbers do not depend on which job of the process ran before it.  A trainer
+    in use is never handed out: a job gives it back with :func:`release_trainer` when it is done.
+    """
+    key = StackedTrainer.program_key(network, dataset, update, weight_decay, num_workers, sources)
+    trainer = _RELEASED.pop(key, None) if key is not None else None
+    if trainer is None:
+        trainer = StackedTrainer(network, dataset, update, weight_decay, initial, num_workers, sources)
+        trainer.program_key_ = key
+    else:
+        trainer.load(dataset, initial)
+    return trainer
+
+
+def release_trainer(trainer: StackedTrainer) -> None:
+    """``trainer``'s job is over: a later job of this process with the same programs may take it."""
+    key = getattr(trainer, "program_key_", None)
+    if key is None:
+        return
+    _RELEASED[key] = trainer
+    _RELEASED.move_to_end(key)
+    while len(_RELEASED) > RELEASED_TRAINERS:
+        _RELEASED.popitem(last=False)
+
+
 class StackedTrainer:
     """TF side: the stacked parameters ``X`` ``[N, P]`` and the compiled step and evaluation."""
+
+    @staticmethod
+    def program_key(network, dataset, update, weight_decay, num_workers, sources) -> tuple | None:
+        """What this trainer's compiled programs depend on besides values (None: a network that cannot say)."""
+        structure = getattr(network, "program_key", None)
+        if structure is None:
+            return None
+        data = (dataset.x_train, dataset.y_train, dataset.x_test, dataset.y_test)
+        shapes = tuple((array.shape, array.dtype.str) for array in data)
+        wiring = None if sources is None else (np.asarray(sources).shape, np.asarray(sources, dtype=np.int32).tobytes())
+        return (structure, update, float(weight_decay), int(num_workers), wiring, shapes)
 
     def __init__(
         self,
@@ -69,7 +119,15 @@ class StackedTrainer:
         self._prepare_chunks(dataset)
 
     def _prepare_chunks(self, dataset) -> None:
-        """The training then the test samples, each padded (mask 0) to a multiple of the chunk size."""
+        """The variables the evaluation programs read: :meth:`_chunk_arrays`."""
+        samples, labels, mask = self._chunk_arrays(dataset)
+        self.chunk_samples = self.tf.Variable(samples, trainable=False)
+        self.chunk_labels = self.tf.Variable(labels, trainable=False)
+        self.chunk_mask = self.tf.Variable(mask, trainable=False)
+
+    def _chunk_arrays(self, dataset) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The training then the test samples, their labels and a mask, each padded (mask 0) to a multiple
+        of the chunk size."""
         size = self.chunk_size = min(EVALUATION_CHUNK, max(self.num_train, self.num_test))
 
         def padded(values, fill=0):
@@ -78,15 +136,19 @@ class StackedTrainer:
         samples = np.concatenate([padded(dataset.x_train), padded(dataset.x_test)])
         self.train_chunks = len(padded(dataset.y_train)) // size
         self.num_chunks = len(samples) // size
-        self.chunk_samples = self.tf.Variable(samples, trainable=False)
-        self.chunk_labels = self.tf.Variable(
-            np.concatenate([padded(dataset.y_train.astype(np.int32)), padded(dataset.y_test.astype(np.int32))]),
-            trainable=False,
-        )
-        self.chunk_mask = self.tf.Variable(
-            np.concatenate([padded(np.ones(self.num_train, np.float32)), padded(np.ones(self.num_test, np.float32))]),
-            trainable=False,
-        )
+        labels = np.concatenate([padded(dataset.y_train.astype(np.int32)), padded(dataset.y_test.astype(np.int32))])
+        mask = np.concatenate([padded(np.ones(self.num_train, np.float32)), padded(np.ones(self.num_test, np.float32))])
+        return samples, labels, mask
+
+    def load(self, dataset, initial: np.ndarray) -> None:
+        """Start another job with these programs (:func:`stacked_trainer`): its data into the variables the
+        programs read (same shapes), and every hosted row set to its ``initial`` parameters."""
+        arrays = (dataset.x_train, dataset.y_train.astype(np.int32), dataset.x_test, dataset.y_test.astype(np.int32))
+        variables = (self.x_train, self.y_train, self.x_test, self.y_test)
+        variables += (self.chunk_samples, self.chunk_labels, self.chunk_mask)
+        for variable, values in zip(variables, arrays + self._chunk_arrays(dataset)):
+            variable.assign(values)
+        self.params = self.tf.constant(np.tile(initial[None, :], (self.hosted, 1)))
 
     def _local_loss(self, params, batch):
         """``f_j(x_j; batch_j)`` of one worker: mean cross-entropy (+ weight decay) for ``[P]`` and a minibatch

@@ -39,6 +39,8 @@ class StackedNetwork:
             self.layers.append((offset, offset + fan_in * fan_out, fan_in, fan_out))
             offset += fan_in * fan_out + fan_out
         self.num_params = offset
+        # What its programs depend on (trainer.stacked_trainer shares compiled programs between equal keys).
+        self.program_key = ("dense", tuple(self.sizes), self.image_shape)
 
     def initial_params(self, seed: int) -> np.ndarray:
         """Glorot-uniform weights, zero biases, from the stream ``(model_seed, "init", layer)``: ``[P]``."""
