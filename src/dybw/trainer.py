@@ -49,7 +49,7 @@ def stacked_trainer(network, dataset, update, weight_decay, initial, num_workers
     trainer = _RELEASED.pop(key, None) if key is not None else None
     if trainer is None:
         trainer = StackedTrainer(network, dataset, update, weight_decay, initial, num_workers, sources)
-        trainer.program_key_ = key
+        trainer.reuse_key = key
     else:
         trainer.load(dataset, initial)
     return trainer
@@ -57,7 +57,7 @@ def stacked_trainer(network, dataset, update, weight_decay, initial, num_workers
 
 def release_trainer(trainer: StackedTrainer) -> None:
     """``trainer``'s job is over: a later job of this process with the same programs may take it."""
-    key = getattr(trainer, "program_key_", None)
+    key = getattr(trainer, "reuse_key", None)
     if key is None:
         return
     _RELEASED[key] = trainer
