@@ -613,7 +613,12 @@ def baselines(ctx: Context) -> Drawn:
     fig, axes = style.figure(len(columns), 2, width=4.0, height=3.4)
     if frame.empty:
         return _no_runs(ctx, fig, axes, name, title)
-    shown = frame[frame["chosen"]]
+    shown = frame[frame["chosen"]].copy()
+    # One bar per family: the best static b or deadline may differ between panels, so their bar is named
+    # after the family and labelled with the panel's choice.
+    tuned = shown["family"].isin(["cb_static", "cb_timeout"])
+    shown["choice"] = np.where(tuned, shown["method"].str.extract(r"\((.*)\)$", expand=False).fillna(""), "")
+    shown.loc[tuned, "method"] = shown.loc[tuned, "method"].str.replace(r" \(.*\)$", "", regex=True) + " (best)"
     methods = _order(shown["method"])
     colors = {m: style.EXTRA[i % len(style.EXTRA)] for i, m in enumerate(methods)}
     for m in methods:
@@ -632,7 +637,9 @@ def baselines(ctx: Context) -> Drawn:
                 height = scale * stats[0] if stats[2] else 0
                 ax.barh(i, height, color=colors[method], xerr=scale * stats[1] if stats[2] > 1 else None, capsize=2)
                 if value == "time_to_target":
-                    ax.text(height, i, f" {reached}/{total}", va="center", fontsize=7)
+                    choice = rows.loc[rows["method"] == method, "choice"]
+                    chosen = f", {choice.iloc[0]}" if len(choice) and choice.iloc[0] else ""
+                    ax.text(height, i, f" {reached}/{total}{chosen}", va="center", fontsize=7)
             ax.set_yticks(range(len(methods)), methods if col == 0 else [""] * len(methods), fontsize=8)
             ax.invert_yaxis()
             ax.set_xlabel(ylabel)
