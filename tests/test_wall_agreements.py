@@ -120,3 +120,65 @@ def test_the_inbox_keeps_only_what_can_still_be_used():
     inbox.put(3, 1, payload)
     assert inbox.take(2) == {} and inbox.iterations() == [3]  # combining 2 drops what is older
     assert inbox.messages == 1 and inbox.newest == 3
+
+
+def test_the_one_host_barrier_tells_every_rank_the_last_entry_by_its_doorbell():
+    """``instant`` for ranks sharing a host: whichever rank completes the barrier rings the others, and every
+    rank learns the moment the last one entered -- not when it heard the ring -- for each (iteration, phase)
+    on its own; nothing is left in shared memory."""
+    import secrets
+
+    from dybw.mpi.mailbox import Doorbell
+
+    n, token = 4, secrets.token_hex(8)
+    bells = [Doorbell(token, j) for j in range(n)]
+    try:
+        ranks = [
+            WALL_AGREEMENTS["instant"](
+                rank=j, size=n, agreement=None, links=np.zeros((0, 2)), delays={}, send=None, comm=None, bell=bells[j]
+            )
+            for j in range(n)
+        ]
+        entries = {("end", 0): [0.3, 0.1, 0.7, 0.2], ("threshold", 1): [1.5, 1.9, 1.2, 1.4]}
+        for (phase, k), times in entries.items():
+            for j in (2, 0, 3):  # rank 1 enters last: until then nobody learns anything
+                ranks[j].enter(k, phase, times[j])
+            for j in range(n):
+                bells[j].wait(0.05)
+                for note in bells[j].notes():
+                    ranks[j].heard(note)
+                assert ranks[j].learned(k, phase, now=99.0) is None
+            ranks[1].enter(k, phase, times[1])
+            for j in range(n):
+                if j != 1:
+                    bells[j].wait(1.0)  # rung at once: the test does not wait this long
+                    for note in bells[j].notes():
+                        ranks[j].heard(note)
+                assert ranks[j].learned(k, phase, now=99.0) == max(times)
+        assert not list(ranks[0]._folder.glob(f"dybw-{token}-*"))
+    finally:
+        for bell in bells:
+            bell.close()
+
+
+def test_a_doorbell_wakes_a_sleeping_rank_at_once():
+    import secrets
+    import threading
+    import time
+
+    from dybw.mpi.mailbox import Doorbell
+
+    token = secrets.token_hex(8)
+    sleeper, ringer = Doorbell(token, 0), Doorbell(token, 1)
+    try:
+        threading.Timer(0.05, ringer.ring, args=(0, b"why")).start()
+        began = time.monotonic()
+        sleeper.wait(30.0)
+        assert time.monotonic() - began < 10.0  # woken by the ring, not by the 30 s timeout
+        assert sleeper.notes() == [b"why"] and sleeper.notes() == []
+        ringer.ring(0)  # a ring without a note wakes but tells nothing
+        sleeper.wait(30.0)
+        assert sleeper.notes() == []
+    finally:
+        sleeper.close()
+        ringer.close()

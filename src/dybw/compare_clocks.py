@@ -91,6 +91,9 @@ def compare(wall_dir: Path, virtual_dir: Path) -> dict:
     if "cpu_seconds" in wall:
         result["wall_cpu_per_iteration"] = float(wall.groupby("iteration")["cpu_seconds"].sum().mean())
         result["wall_load_average"] = float(wall["load_average"].mean())
+        result["wall_polls_per_iteration"] = float(wall["polls"].mean())
+        if "start_lag" in wall:  # how late a rank began an iteration after its start (waking on a shared core)
+            result["wall_start_lag"] = {"mean": float(wall["start_lag"].mean()), "max": float(wall["start_lag"].max())}
         result["wall_inbox_peak"] = {
             "messages": int(wall["inbox_messages"].max()),
             "iterations_ahead": int(wall["inbox_ahead"].max()),
@@ -120,7 +123,14 @@ def report(result: dict) -> str:
         lines.append(
             f"wall clock       {ms * result['wall_cpu_per_iteration']:.2f} ms of CPU per iteration (all ranks); "
             f"inbox peak {peak['messages']} messages, at most {peak['iterations_ahead']} iteration(s) ahead; "
-            f"load average {result['wall_load_average']:.1f} (mean of the run)"
+            f"load average {result['wall_load_average']:.1f} (mean of the run); "
+            f"{result['wall_polls_per_iteration']:.0f} polls per rank and iteration"
+        )
+    if "wall_start_lag" in result:
+        lag = result["wall_start_lag"]
+        lines.append(
+            f"start lag        a rank began its iteration {ms * lag['mean']:.2f} ms after the iteration's start on "
+            f"average ({ms * lag['max']:.1f} ms at most): the time to wake up and do its bookkeeping"
         )
     return "\n".join(lines)
 

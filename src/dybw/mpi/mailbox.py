@@ -7,13 +7,18 @@
 - :class:`Inbox`: data messages of the iterations not yet combined.  A message of an iteration already
   combined is dropped on arrival (too late to be used), and combining iteration k drops what is older,
   so in lock-step the inbox holds the current and the next iteration's messages at most.
+- :class:`Doorbell`: lets a sender wake the rank it just sent to, so a waiting rank sleeps until something
+  happens instead of polling (ranks on one host).
 
 All of them only ever test requests (never block), so a rank can sleep between polls.
 """
 
 from __future__ import annotations
 
+import contextlib
 import heapq
+import select
+import socket
 from collections.abc import Callable
 
 import numpy as np
@@ -21,11 +26,54 @@ import numpy as np
 MESSAGE_TAG, DONE_TAG = 0, 1
 
 
-class Outbox:
-    """Messages held until ``due`` (the sender's clock), then sent with ``Isend``; sends are completed by
-    testing, and the payload is kept alive until then."""
+class Doorbell:
+    """One Linux abstract-namespace datagram socket per rank, named after the job (``token``).
 
-    def __init__(self):
+    :meth:`ring` wakes a peer and may pass it a short note; :meth:`wait` sleeps until this rank is rung or
+    ``seconds`` have passed, and :meth:`notes` takes the rings.  The bell carries no data: a message travels
+    through MPI as always, and the ring only says "poll now".  An eager ``Isend`` is received without the
+    sender polling again (MPICH's shared memory), so the sender rings right after sending and may sleep.
+    """
+
+    def __init__(self, token: str, rank: int):
+        self.token = token
+        self.socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.socket.bind(self._address(rank))
+        self.socket.setblocking(False)
+
+    def _address(self, rank: int) -> bytes:
+        return b"\0dybw-" + self.token.encode() + b"-%d" % rank
+
+    def ring(self, rank: int, note: bytes = b"") -> None:
+        # A full or vanished peer socket costs that peer at most one capped sleep: never an error here.
+        with contextlib.suppress(OSError):
+            self.socket.sendto(note, self._address(rank))
+
+    def wait(self, seconds: float) -> None:
+        """Sleep until rung (a ring not yet taken by :meth:`notes` counts) or ``seconds`` have passed."""
+        if seconds > 0:
+            select.select([self.socket], [], [], seconds)
+
+    def notes(self) -> list[bytes]:
+        """Take every ring since the last call; returns the non-empty notes among them."""
+        notes = []
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            while True:
+                note = self.socket.recv(64)
+                if note:
+                    notes.append(note)
+        return notes
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+class Outbox:
+    """Messages held until ``due`` (the sender's clock), then sent with ``Isend`` (and the receiver rung, if
+    there is a ``bell``); sends are completed by testing, and the payload is kept alive until then."""
+
+    def __init__(self, bell: Doorbell | None = None):
+        self.bell = bell
         self._held: list = []  # heap of (due, sequence, comm, destination, payload)
         self._sending: list = []  # requests in flight
         self._payloads: list = []  # their buffers, kept alive until they complete
@@ -49,6 +97,8 @@ class Outbox:
             self._sending.append(comm.Isend(payload, dest=destination, tag=MESSAGE_TAG))
             self._payloads.append(payload)
             self.sent += 1
+            if self.bell is not None:
+                self.bell.ring(destination)
         if self._sending:
             completed = MPI.Request.Testsome(self._sending)
             if completed:

@@ -12,6 +12,7 @@ from ..schema import AtLeast, Choice, Finite
 from . import world_size_from_environment
 
 FAULTS = ("none", "raise", "hang", "exit")
+WAKES = ("bell", "poll")
 
 
 @dataclass
@@ -24,6 +25,7 @@ class MpiRunnerConfig(RunnerConfig):
     fault_rank: int
     fault_iteration: int
     poll_s: Annotated[float, Finite(0, strict=True, unit="seconds")]  # wall clock: longest sleep between polls
+    wake: Annotated[str, Choice(*WAKES)]  # wall clock: bell (senders wake receivers; one host) | poll
 
 
 @RUNNERS.register

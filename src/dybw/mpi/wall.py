@@ -44,12 +44,15 @@ from ..evaluation import evaluation_kind
 from ..mixing import mixing_matrices
 from .agreements import WALL_AGREEMENTS
 from .evaluation import SharedEvaluation
-from .mailbox import Channel, Inbox, Outbox
+from .mailbox import Channel, Doorbell, Inbox, Outbox
 
 TIMES = ("start", "ready", "stop", "finish")
 # The extra timeline columns: the inbox's peak size (messages; newest iteration held minus the current one),
-# the process CPU time and polls of the iteration, and the machine's 1-minute load average at its end.
-MEASURED = ("inbox_messages", "inbox_ahead", "cpu_seconds", "polls", "load_average")
+# the process CPU time and polls of the iteration, the machine's 1-minute load average at its end, and the
+# start lag: how long after the iteration's start (the moment the previous one ended) this rank began it.
+MEASURED = ("inbox_messages", "inbox_ahead", "cpu_seconds", "polls", "load_average", "start_lag")
+# With doorbells, the longest a waiting rank sleeps unrung: a lost ring (a full socket) costs this at most.
+UNRUNG_SLEEP_S = 0.02
 
 
 def _fine_timer_slack() -> None:
@@ -66,6 +69,25 @@ def _idle_barrier(comm, poll: float) -> None:
     request = comm.Ibarrier()
     while not request.Test():
         time.sleep(poll)
+
+
+def _doorbell(comm, wanted: bool) -> Doorbell | None:
+    """A doorbell per rank, for all ranks or for none (a bell nobody rings would only delay its rank)."""
+    import secrets
+
+    from mpi4py import MPI
+
+    token = comm.bcast(secrets.token_hex(8) if comm.rank == 0 else None, root=0)
+    bell = None
+    if wanted:
+        try:
+            bell = Doorbell(token, comm.rank)
+        except OSError:  # no abstract Unix sockets (not Linux)
+            bell = None
+    if not comm.allreduce(int(bell is not None), op=MPI.MIN) and bell is not None:
+        bell.close()
+        bell = None
+    return bell
 
 
 class _Record:
@@ -126,10 +148,14 @@ class WallClockEngine(SharedEvaluation, IterationEngine):
         self.end_phase = self.lockstep and not (self.policy.threshold and self.atc)
         self.poll = cfg.runner.poll_s
         self.num_params = network.num_params
-        self.outbox = Outbox()
+        _idle_barrier(comm, 0.01)  # ranks finish starting up at different times
+        from mpi4py import MPI
+
+        self._one_host = len(set(comm.allgather(MPI.Get_processor_name()))) == 1
+        self.bell = _doorbell(comm, self._one_host and cfg.runner.wake == "bell")
+        self.outbox = Outbox(self.bell)
         self.inbox = Inbox()
         self.data = Channel(comm, self.neighbors, lambda: np.empty(self.num_params + 1, np.float32))
-        _idle_barrier(comm, 0.01)  # ranks finish starting up at different times
         self.control_comm = comm.Dup()  # control messages never meet data messages
         phases = [p for p, needed in (("threshold", self.threshold), ("end", self.end_phase)) if needed]
         delays = {p: self.schedule.delays.control(0, cfg.iterations, p, clock.agreement.pairs) for p in phases}
@@ -141,6 +167,7 @@ class WallClockEngine(SharedEvaluation, IterationEngine):
             delays=delays,
             send=lambda due, peer, message: self.outbox.put(due, self.control_comm, peer, message),
             comm=self.control_comm,
+            bell=self.bell,
         )
         size = self.agreement.message_size()
         self.control = Channel(self.control_comm, self.agreement.peers, lambda: np.empty(size, np.uint64))
@@ -149,7 +176,7 @@ class WallClockEngine(SharedEvaluation, IterationEngine):
         self._gathered = 0  # timeline rows already gathered to rank 0
         self._origin = 0.0
         self._frozen: float | None = None  # the clock's reading while an evaluation pauses it
-        self._one_host = True
+        self._resumed = 0.0  # the reading the clock resumed from after the last evaluation
         _fine_timer_slack()
 
     # -- clock ----------------------------------------------------------------------------------
@@ -158,17 +185,27 @@ class WallClockEngine(SharedEvaluation, IterationEngine):
             return self._frozen
         return time.monotonic() - self._origin
 
-    def _pause(self, until: float = float("inf")) -> None:
-        """Sleep until the next thing this rank must do (``until``, a held message's due time), or for the
-        poll interval at most: arrivals are only seen by polling."""
+    def _pause(self, until: float = float("inf"), mpi: bool = False) -> None:
+        """Sleep until the next thing this rank must do (``until``, a held message's due time) or until a
+        peer rings: it sent us a message, or the barrier is complete.  Progress that rings no bell -- MPI's
+        own collectives (``mpi``), MPI's barrier, ranks on several hosts -- is only seen by polling, so
+        then ``runner.poll_s`` caps the sleep."""
         now = self.now()
-        wake = min(until, self.outbox.next_due, now + self.poll)
-        if wake > now:
+        polling = mpi or self.bell is None
+        wake = min(until, self.outbox.next_due, now + (self.poll if polling else UNRUNG_SLEEP_S))
+        if wake <= now:
+            return
+        if self.bell is None:
             time.sleep(wake - now)
+        else:
+            self.bell.wait(wake - now)
 
     def _service(self) -> float:
         """One poll: send what is due, take every arrived message; returns the time of the poll."""
         now = self.now()
+        if self.bell is not None:
+            for note in self.bell.notes():
+                self.agreement.heard(note)
         self.outbox.flush(now)
         k = self.iteration
         for sender, buffer in self.data.arrived():
@@ -206,7 +243,7 @@ class WallClockEngine(SharedEvaluation, IterationEngine):
 
         while not MPI.Request.Testall(requests):
             self._service()
-            self._pause()
+            self._pause(mpi=True)
 
     _wait = _complete  # the shared evaluation's collectives wait the same way
 
@@ -216,11 +253,7 @@ class WallClockEngine(SharedEvaluation, IterationEngine):
     def _start_clock(self) -> None:
         """Every rank reads time from one origin: rank 0's, when the ranks share a host (one monotonic
         clock); otherwise each its own, taken when the common barrier completes."""
-        from mpi4py import MPI
-
         self._barrier()
-        hosts = self.comm.allgather(MPI.Get_processor_name())
-        self._one_host = len(set(hosts)) == 1
         origin = np.array([time.monotonic()])
         if self._one_host:
             self._complete([self.comm.Ibcast(origin, root=0)])
@@ -300,9 +333,10 @@ class WallClockEngine(SharedEvaluation, IterationEngine):
         self.control.post()
         self._start_clock()
         self._evaluate_and_report(0, float(lrs[0]), on_evaluation, started, first_bad)
+        start = self._resumed  # every rank's iteration 0 starts when the clock resumes
         for k in range(iterations):
             self.iteration = k
-            start = self.now()
+            measured[k, 5] = self.now() - start
             cpu = time.process_time()
             waits = self._waits(k, start)
             if self.atc:
@@ -323,9 +357,12 @@ class WallClockEngine(SharedEvaluation, IterationEngine):
                 adapted, losses = self.trainer.adapt(tf.constant(x[None]), batches[k], rates[k])
                 x, loss = adapted.numpy()[0], float(losses.numpy()[0])
                 finish = self._wait_until(stop + compute[k])
+            # Iteration k + 1 starts when this rank learns that k is over (lock-step), else at its finish;
+            # what the rank does in between (bookkeeping, an evaluation) is counted in that iteration.
+            next_start = finish
             if self.end_phase:
                 self.agreement.enter(k, "end", finish)
-                self._learn(k, "end")
+                next_start = self._learn(k, "end")
             self.agreement.forget(k)
             times[k] = (start, ready, stop, finish)
             self.record.used[k, [self.slot[i] for i in received]] = True
@@ -340,6 +377,7 @@ class WallClockEngine(SharedEvaluation, IterationEngine):
                 self._evaluate_and_report(k + 1, float(lrs[k]), on_evaluation, started, first_bad)
             if on_progress is not None and self.me == 0:
                 on_progress(k + 1, float(times[k, 3]))
+            start = max(next_start, self._resumed)
         self._shutdown()
 
     # -- evaluations ------------------------------------------------------------------------------
@@ -377,7 +415,7 @@ class WallClockEngine(SharedEvaluation, IterationEngine):
         if self._one_host:
             self._complete([self.comm.Ibcast(resumed, root=0)])
         self._origin = float(resumed[0]) - self._frozen
-        self._frozen = None
+        self._resumed, self._frozen = self._frozen, None
 
     def _gather_timeline(self, done: int) -> None:
         """Rank 0 collects every worker's new rows (times, used set, arrivals, measurements) into the
@@ -423,9 +461,17 @@ class WallClockEngine(SharedEvaluation, IterationEngine):
             self._service()
             self._pause()
         markers = self.data.send_done() + self.control.send_done()
+        if self.bell is not None:
+            for peer in sorted(set(self.data.peers) | set(self.control.peers)):
+                self.bell.ring(peer)
         while not (self.data.all_done() and self.control.all_done()):
             self._service()
             self._pause()
         self._complete(markers)
         self._barrier()
         self.control_comm.Free()
+
+    def release(self) -> None:
+        super().release()
+        if self.bell is not None:  # also after a job that failed: the next job of this world rings its own
+            self.bell.close()
