@@ -28,6 +28,9 @@ Results: a markdown table on stdout and JSON in ``results/bench/keras.json``.
 
 from __future__ import annotations
 
+import dybw  # noqa: F401 - first: numpy then loads the CPU kernels dybw pins (src/dybw/numerics.py)
+
+# isort: split
 import argparse
 import json
 import os

@@ -481,7 +481,10 @@ def wall_vs_virtual(ctx: Context) -> Drawn:
 def _agreement_text(plain: dict) -> str:
     agreement = plain["protocol"]["agreement"]
     if agreement == "instant":
-        return "through MPI's own non-blocking barrier"
+        return (
+            "through a barrier in shared memory whose completion every rank takes as the last rank's entry "
+            "(the free agreement), the others woken by doorbell"
+        )
     return f"by {agreement} control messages, each held for its drawn control delay"
 
 

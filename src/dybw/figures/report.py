@@ -295,8 +295,12 @@ def claim_c3(ctx: Context, groups=None) -> Claim:
     verdict = _verdict(strict, loose, not getattr(ctx, "missing", []))
     why = (
         f"Iterations to target, cb-DyBW / cb-Full (paired over graphs and seeds): {'; '.join(parts)}. "
-        "The verdict is decided on the i.i.d. tasks, as in the paper; the label-shards row is a split where "
-        "isolated workers miss the target (see 'Does the task need consensus?'). "
+        + (
+            "The verdict is decided on the i.i.d. tasks, as in the paper; the label-shards row is a split where "
+            "isolated workers miss the target (see 'Does the task need consensus?'). "
+            if any("shards" in name for name in values)
+            else ""
+        )
         + _said(
             ctx,
             {
@@ -350,7 +354,8 @@ def claim_c5(ctx: Context, groups=None) -> Claim:
                 da, dt = "-", "-"
             else:
                 da = fmt_pm(analysis.difference(frame, label, "final_test_accuracy"), 2, 100) + " points"
-                dt = "-" + _pct(analysis.reduction(frame, label, "time_to_target"), 0)
+                saved = _pct(analysis.reduction(frame, label, "time_to_target"), 0)
+                dt = saved if saved == "n/a" else "-" + saved
             table.append(
                 f"| {name} | {label} | {fmt_pm(a, 4)} | {fmt_pm(loss_stats, 4)} | "
                 f"{fmt_pm(t, 1, 1, ' s')} | {da} | {dt} |"

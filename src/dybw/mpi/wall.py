@@ -17,16 +17,19 @@ Worker j, iteration k (ATC; docs/protocol.md has the virtual clock this realises
 CTA sends ``x`` at the start, combines at the stop, then takes the local step: ``finish = stop + C``.
 The agreement is ``protocol.agreement`` made of point-to-point control messages held for their
 ``straggler.control`` delays in the same outbox as the data (:mod:`dybw.mpi.agreements`); ``instant``
-is MPI's own non-blocking barrier.  Every delay comes from the streams the virtual clock draws.
+is a barrier with no delay (shared memory on one host, else MPI's own non-blocking barrier).  Every
+delay comes from the streams the virtual clock draws.
 
 Messages are flat float32 buffers ``[P + 1]`` whose last entry is the iteration (exact below 2^24); the
 inbox keeps the iterations not yet combined and drops everything else (:mod:`dybw.mpi.mailbox`).
 A rank never blocks in MPI: between polls it sleeps until the next thing it must do (a held message's
-due time, the end of its compute, its deadline) or for ``runner.poll_s`` at most, so 16 ranks can share
-2 cores.  Times are one monotonic clock (common to the ranks of one host) from a common origin, minus
-the pauses for evaluation.  Besides the timeline, a rank records the arrival of every neighbour message
+due time, the end of its compute, its deadline) or until a sender rings its doorbell (ranks on one host;
+otherwise, or with ``runner.wake=poll``, for ``runner.poll_s`` at most), so 16 ranks can share 2 cores.
+Times are one monotonic clock (common to the ranks of one host) from a common origin, minus the
+pauses for evaluation.  Besides the timeline, a rank records the arrival of every neighbour message
 (``links.parquet``: ``used``, ``arrival``) and, per iteration, its inbox's peak size, the process CPU it
-used, its number of polls and the machine's load average (extra columns of ``timeline.parquet``).
+used, its number of polls, the machine's load average and its start lag (extra columns of
+``timeline.parquet``).
 """
 
 from __future__ import annotations
