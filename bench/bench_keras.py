@@ -1,7 +1,7 @@
 """The engine's step for a Keras model against a bare stacked Keras step of the same workers, side by side.
 
-    python bench/bench_keras.py                 # lenet5 on raw MNIST, N = 16 (experiment=cnn_mnist), ~3 minutes idle
-    python bench/bench_keras.py --quick         # fewer, shorter repetitions (< 1 minute idle)
+    python bench/bench_keras.py                 # lenet5 on raw MNIST, N = 16 (experiment=cnn_mnist), ~20 minutes idle
+    python bench/bench_keras.py --quick         # 3 repetitions of 128 iterations each (6 minutes idle)
     python bench/bench_keras.py --override model=cnn --override experiment=cnn_cifar10   # another model
 
 Setup: ``experiment=cnn_mnist`` (LeNet-5 on raw 28x28x1 MNIST, its batch per worker, cb-DyBW, ``paper``
