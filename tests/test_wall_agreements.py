@@ -5,6 +5,9 @@ times the virtual clock's agreement computes (``dybw.agreement``); the inbox dro
 from __future__ import annotations
 
 import heapq
+import secrets
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -12,7 +15,7 @@ import pytest
 from dybw.agreement import build_agreement
 from dybw.clock import PHASES
 from dybw.mpi.agreements import WALL_AGREEMENTS
-from dybw.mpi.mailbox import Inbox
+from dybw.mpi.mailbox import Doorbell, Inbox
 from dybw.topology import build_graph
 from helpers import topology
 
@@ -122,14 +125,17 @@ def test_the_inbox_keeps_only_what_can_still_be_used():
     assert inbox.messages == 1 and inbox.newest == 3
 
 
+def _hear(bell, rank, seconds: float) -> None:
+    """What the wall clock does for a waiting rank: sleep until rung (or ``seconds``), pass on the notes."""
+    bell.wait(seconds)
+    for note in bell.notes():
+        rank.heard(note)
+
+
 def test_the_one_host_barrier_tells_every_rank_the_last_entry_by_its_doorbell():
     """``instant`` for ranks sharing a host: whichever rank completes the barrier rings the others, and every
     rank learns the moment the last one entered -- not when it heard the ring -- for each (iteration, phase)
     on its own; nothing is left in shared memory."""
-    import secrets
-
-    from dybw.mpi.mailbox import Doorbell
-
     n, token = 4, secrets.token_hex(8)
     bells = [Doorbell(token, j) for j in range(n)]
     try:
@@ -144,16 +150,12 @@ def test_the_one_host_barrier_tells_every_rank_the_last_entry_by_its_doorbell():
             for j in (2, 0, 3):  # rank 1 enters last: until then nobody learns anything
                 ranks[j].enter(k, phase, times[j])
             for j in range(n):
-                bells[j].wait(0.05)
-                for note in bells[j].notes():
-                    ranks[j].heard(note)
+                _hear(bells[j], ranks[j], 0.05)
                 assert ranks[j].learned(k, phase, now=99.0) is None
             ranks[1].enter(k, phase, times[1])
             for j in range(n):
                 if j != 1:
-                    bells[j].wait(1.0)  # rung at once: the test does not wait this long
-                    for note in bells[j].notes():
-                        ranks[j].heard(note)
+                    _hear(bells[j], ranks[j], 1.0)  # rung at once: the test does not wait this long
                 assert ranks[j].learned(k, phase, now=99.0) == max(times)
         assert not list(ranks[0]._folder.glob(f"dybw-{token}-*"))
     finally:
@@ -162,12 +164,6 @@ def test_the_one_host_barrier_tells_every_rank_the_last_entry_by_its_doorbell():
 
 
 def test_a_doorbell_wakes_a_sleeping_rank_at_once():
-    import secrets
-    import threading
-    import time
-
-    from dybw.mpi.mailbox import Doorbell
-
     token = secrets.token_hex(8)
     sleeper, ringer = Doorbell(token, 0), Doorbell(token, 1)
     try:

@@ -24,7 +24,7 @@ class MpiRunnerConfig(RunnerConfig):
     fault: Annotated[str, Choice(*FAULTS)]  # test hook: make fault_rank raise / hang / exit at fault_iteration
     fault_rank: int
     fault_iteration: int
-    poll_s: Annotated[float, Finite(0, strict=True, unit="seconds")]  # wall clock: longest sleep between polls
+    poll_s: Annotated[float, Finite(0, strict=True, unit="seconds")]  # wall clock: longest sleep unless rung
     wake: Annotated[str, Choice(*WAKES)]  # wall clock: bell (senders wake receivers; one host) | poll
 
 
