@@ -5,6 +5,8 @@ slept, times measured) and one with the virtual clock (the same delays, computed
 iteration it compares:
 
 - the mean iteration duration ``E(K-1)/K`` of each, and their ratio wall / virtual;
+- the ratio of the median iteration durations, which one stall of the machine (a page fault, a busy
+  neighbour) barely moves where it adds its length / K to the mean;
 - the distribution of the iteration durations ``T(k) = E(k) - E(k-1)`` (quantiles, and the mean of
   ``|T_wall(k) - T_virtual(k)|`` over the paired iterations);
 - the share of (worker, iteration) pairs whose used set ``S_j(k)`` is the same in both
@@ -77,6 +79,7 @@ def compare(wall_dir: Path, virtual_dir: Path) -> dict:
         "workers": workers,
         "mean_duration": mean,
         "ratio": mean["wall"] / mean["virtual"],
+        "median_ratio": float(np.median(t_wall) / np.median(t_virtual)),
         "quantiles": {
             str(q): {"wall": float(np.quantile(t_wall, q)), "virtual": float(np.quantile(t_virtual, q))}
             for q in QUANTILES
@@ -108,7 +111,7 @@ def report(result: dict) -> str:
     lines = [
         f"{result['workers']} workers, {result['iterations']} iterations",
         f"mean iteration   wall {ms * mean['wall']:.2f} ms   virtual {ms * mean['virtual']:.2f} ms   "
-        f"wall/virtual {result['ratio']:.3f}",
+        f"wall/virtual {result['ratio']:.3f}   (median iteration: {result['median_ratio']:.3f})",
         "T(k) quantiles   "
         + "   ".join(f"q{float(q):g}: {ms * v['wall']:.1f} / {ms * v['virtual']:.1f} ms" for q, v in quantiles.items())
         + "   (wall / virtual)",

@@ -133,12 +133,20 @@ def _barrier_held(job_dir, tolerance: float) -> np.ndarray:
     return starts[1:] - finishes[:-1] + tolerance
 
 
+def _assert_durations_match(result: dict) -> None:
+    """The typical iteration within 10 % of the virtual clock's, in the median: a missing barrier or a message
+    sent late shifts every iteration, whereas one stall of a shared machine (a 0.6 s one was seen in CI) adds
+    its length / 20 to the mean of 20 iterations -- so the mean gets a wider band, and it cannot be faster."""
+    assert 0.9 <= result["median_ratio"] <= 1.1, result["durations"]
+    assert 0.9 <= result["ratio"] <= 1.25, result["durations"]
+
+
 @pytest.mark.parametrize("overrides", WALL_CASES, ids=lambda o: ",".join(x.split("=")[1] for x in o))
 def test_wall_clock_durations_and_used_sets_match_the_virtual_clock(tmp_path, overrides):
     """4 ranks, every policy, both update orders, both syncs and every agreement among the cases: the measured
-    mean iteration within 10 % of the virtual clock's, and mostly the same used sets."""
+    median iteration within 10 % of the virtual clock's, and mostly the same used sets."""
     result = _wall_and_virtual(tmp_path, overrides)
-    assert 0.9 <= result["ratio"] <= 1.1, result["mean_duration"]
+    _assert_durations_match(result)
     assert result["same_used_set"] >= 0.75, result["same_used_set_per_worker"]
     timeline = pd.read_parquet(tmp_path / "wall/timeline.parquet")
     assert len(timeline) == 20 * 4
@@ -155,7 +163,7 @@ def test_cta_dybw_in_lockstep_starts_each_iteration_after_every_worker_finished(
     start of k+1 is at or after every worker's finish of k (up to the poll interval)."""
     result = _wall_and_virtual(tmp_path, ["algo=cb_dybw", "algo.update=cta"], iterations=30)  # polls every 1 ms
     assert (_barrier_held(tmp_path / "wall", 0.001) >= 0).all()
-    assert 0.9 <= result["ratio"] <= 1.1, result["mean_duration"]
+    _assert_durations_match(result)
 
 
 def test_a_long_wall_clock_run_holds_only_the_current_and_next_iterations_messages(tmp_path):
