@@ -11,12 +11,23 @@ replay the interval in which the target was reached reaches the other ranks by :
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import numpy as np
+
+from ..evaluation import FULL
 
 
 class SharedEvaluation:
     """Mixin for an engine with ``comm``, ``cfg`` and ``trainer``; ``_wait(requests)`` completes MPI
-    requests, ``_hosting_orders()`` lists every rank's workers in the order it stores their rows."""
+    requests, ``_hosting_orders()`` lists every rank's workers in the order it stores their rows, and
+    ``on_evaluate`` (if not None) makes the context every evaluation runs in (the heartbeat's phase)."""
+
+    on_evaluate = None
+
+    def _evaluate(self, kind: str = FULL) -> dict | None:
+        with self.on_evaluate() if self.on_evaluate is not None else nullcontext():
+            return super()._evaluate(kind)
 
     def _wait(self, requests) -> None:
         from mpi4py import MPI

@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..results import atomic_write_text
@@ -19,8 +20,12 @@ def mpi_dir(job_dir: Path) -> Path:
     return Path(job_dir) / ".mpi"
 
 
+PHASES = ("starting", "evaluating", "iterating")  # what a rank is doing: the launcher allows each its silence
+
+
 class Heartbeat:
-    """Rank r rewrites ``rank-r.json`` (pid, host, iteration, time) at most every ``interval`` seconds."""
+    """Rank r rewrites ``rank-r.json`` (pid, host, iteration, phase, time) at most every ``interval``
+    seconds, and at once when its phase changes."""
 
     def __init__(self, job_dir: Path, rank: int, interval: float = 1.0):
         self.path = mpi_dir(job_dir) / f"rank-{rank}.json"
@@ -28,10 +33,13 @@ class Heartbeat:
         self.interval = interval
         self._last = 0.0
         self.iteration = -1
+        self.phase = "starting"
         self.beat(-1, force=True)
 
-    def beat(self, iteration: int, force: bool = False, finished: bool = False) -> None:
+    def beat(self, iteration: int, force: bool = False, finished: bool = False, phase: str | None = None) -> None:
         self.iteration = iteration
+        if phase is not None and phase != self.phase:
+            self.phase, force = phase, True
         now = time.time()
         if force or finished or now - self._last >= self.interval:
             self._last = now
@@ -43,6 +51,7 @@ class Heartbeat:
                         "pid": os.getpid(),
                         "host": HOST,
                         "iteration": iteration,
+                        "phase": self.phase,
                         "time": now,
                         "finished": finished,
                     }
@@ -52,6 +61,18 @@ class Heartbeat:
     def waiting(self) -> None:
         """Alive, blocked on a peer: keeps beating so that only a truly stuck rank falls silent."""
         self.beat(self.iteration)
+
+    @contextmanager
+    def evaluating(self):
+        """Around an evaluation: one call into TensorFlow over the rank's share of the data (a minute and
+        more for a CNN on a loaded machine), with no chance to beat until it returns.  The phase before it
+        comes back after it, so a rank stuck in the next iteration is judged as one iterating."""
+        before = self.phase
+        self.beat(self.iteration, phase="evaluating")
+        try:
+            yield
+        finally:
+            self.beat(self.iteration, phase=before)
 
 
 def write_error(job_dir: Path, rank: int, message: str) -> None:

@@ -207,26 +207,25 @@ def _kill_world(process: subprocess.Popen, job_dir: Path) -> None:
 def _silent_rank(beats: dict, ranks: int, started: float, timeout_s: float, startup_timeout_s: float) -> str | None:
     """The rank silent for too long, if any.
 
-    Until some rank iterates, everyone is still importing TensorFlow, loading data or compiling, which
-    takes a while on a loaded machine: ``startup_timeout_s`` applies.  Once one iterates, all have
-    started (the first exchange needs them), and ``timeout_s`` applies to every rank.  Ranks blocked on a
-    peer keep beating (:meth:`Heartbeat.waiting`), so the silent one is the stuck one.
+    Each rank's heartbeat says what it is doing.  Importing TensorFlow, loading data and compiling
+    (``starting``), or one evaluation (``evaluating``: a single TensorFlow call over the rank's share of
+    the data), take minutes on a loaded machine and cannot beat meanwhile: ``startup_timeout_s`` applies.
+    An iteration beats at its end, and a rank blocked on a peer keeps beating (:meth:`Heartbeat.waiting`),
+    so while ``iterating`` the silent rank is the stuck one: ``timeout_s`` applies.
     """
     now = time.time()
-    started_iterating = any(b["iteration"] >= 1 for b in beats.values())
-    limit = timeout_s if started_iterating else max(timeout_s, startup_timeout_s)
     for rank in range(ranks):
         beat = beats.get(rank)
         if beat is not None and beat.get("finished"):
             continue
+        phase = beat.get("phase", "starting") if beat is not None else "starting"
+        limit = timeout_s if phase == "iterating" else max(timeout_s, startup_timeout_s)
         silence = now - (beat["time"] if beat is not None else started)
         if silence > limit:
-            where = (
-                f"last heartbeat at iteration {beat['iteration']}"
-                if beat is not None and beat["iteration"] >= 0
-                else "while starting"
+            where = f"while {phase}" + (
+                f", last at iteration {beat['iteration']}" if beat and beat["iteration"] >= 0 else ""
             )
-            name = "runner.timeout_s" if started_iterating else "runner.startup_timeout_s"
+            name = "runner.timeout_s" if phase == "iterating" else "runner.startup_timeout_s"
             return f"rank {rank} sent no heartbeat for {silence:.0f} s ({where}); stopped after {name}={limit:g}"
     return None
 

@@ -19,8 +19,8 @@ WAKES = ("bell", "poll")
 class MpiRunnerConfig(RunnerConfig):
     ranks: Annotated[int, AtLeast(0)]  # 0 = min(num_workers, cores); ranks host contiguous groups of workers
     launcher: list[str]  # e.g. [mpiexec, -n, "{ranks}"] or [srun, -n, "{ranks}"]
-    timeout_s: Annotated[float, Finite(0, strict=True, unit="seconds")]  # silence once iterating that fails the job
-    startup_timeout_s: Annotated[float, Finite(0, strict=True, unit="seconds")]  # silence allowed before
+    timeout_s: Annotated[float, Finite(0, strict=True, unit="seconds")]  # silence while iterating that fails the job
+    startup_timeout_s: Annotated[float, Finite(0, strict=True, unit="seconds")]  # ... while starting or evaluating
     fault: Annotated[str, Choice(*FAULTS)]  # test hook: make fault_rank raise / hang / exit at fault_iteration
     fault_rank: int
     fault_iteration: int

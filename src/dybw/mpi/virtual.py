@@ -26,8 +26,9 @@ from .exchange import ExchangePlan, NeighbourExchange, wait_all, worker_groups
 
 
 class MpiVirtualEngine(SharedEvaluation, IterationEngine):
-    def __init__(self, comm, cfg, graph, dataset, network, on_iteration=None, on_wait=None):
+    def __init__(self, comm, cfg, graph, dataset, network, on_iteration=None, on_wait=None, on_evaluate=None):
         self.comm = comm
+        self.on_evaluate = on_evaluate
         self.plan = ExchangePlan.build(graph.adjacency, worker_groups(cfg.num_workers, comm.size), comm.rank)
         super().__init__(cfg, graph, dataset, network, workers=self.plan.mine)
         self.exchange = NeighbourExchange(comm, self.plan, network.num_params, on_wait)

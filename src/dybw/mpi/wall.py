@@ -126,7 +126,7 @@ class _Record:
 class WallClockEngine(SharedEvaluation, IterationEngine):
     checkpointed = False  # a measurement: not resumable (config validation rejects resume)
 
-    def __init__(self, comm, cfg, graph, dataset, network, on_iteration=None, on_wait=None):
+    def __init__(self, comm, cfg, graph, dataset, network, on_iteration=None, on_wait=None, on_evaluate=None):
         if comm.size != cfg.num_workers:
             raise ValueError(
                 f"the wall clock runs one worker per rank: {cfg.num_workers} workers need "
@@ -137,6 +137,7 @@ class WallClockEngine(SharedEvaluation, IterationEngine):
         self.graph = graph
         self.on_iteration = on_iteration
         self.on_wait = on_wait
+        self.on_evaluate = on_evaluate
         self.neighbors = [int(i) for i in sorted(graph.neighbors[self.me])]
         self.slot = {neighbor: s for s, neighbor in enumerate(self.neighbors)}
         self.degree = len(self.neighbors)

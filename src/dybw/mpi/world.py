@@ -35,7 +35,7 @@ def run_in_world(comm, cfg, graph, job_dir: Path, plain: dict, digest: str) -> d
     heartbeat = Heartbeat(job_dir, comm.rank)
 
     def on_iteration(iteration):
-        heartbeat.beat(iteration, force=iteration == 1)  # the launcher learns at once that all started
+        heartbeat.beat(iteration, phase="iterating")
         _maybe_inject_fault(cfg, comm.rank, iteration)
 
     if cfg.runner.clock == "wall":
@@ -44,7 +44,16 @@ def run_in_world(comm, cfg, graph, job_dir: Path, plain: dict, digest: str) -> d
         from .virtual import MpiVirtualEngine as Engine
 
     def make_engine(cfg_, graph_, dataset, network):
-        return Engine(comm, cfg_, graph_, dataset, network, on_iteration=on_iteration, on_wait=heartbeat.waiting)
+        return Engine(
+            comm,
+            cfg_,
+            graph_,
+            dataset,
+            network,
+            on_iteration=on_iteration,
+            on_wait=heartbeat.waiting,
+            on_evaluate=heartbeat.evaluating,
+        )
 
     from ..errors import Diverged
 
