@@ -53,7 +53,6 @@ def test_the_heartbeat_writes_its_phase_at_once_when_it_changes(tmp_path):
     heartbeat.beat(1, phase="iterating")
     with heartbeat.evaluating():
         pass
-    assert read_heartbeats(tmp_path)[3]["phase"] == "iterating"
     assert (read_heartbeats(tmp_path)[3]["phase"], read_heartbeats(tmp_path)[3]["iteration"]) == ("iterating", 1)
     heartbeat.beat(2, phase="iterating")  # same phase, interval not passed: not rewritten
     heartbeat.waiting()

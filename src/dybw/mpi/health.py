@@ -20,12 +20,10 @@ def mpi_dir(job_dir: Path) -> Path:
     return Path(job_dir) / ".mpi"
 
 
-PHASES = ("starting", "evaluating", "iterating")  # what a rank is doing: the launcher allows each its silence
-
-
 class Heartbeat:
     """Rank r rewrites ``rank-r.json`` (pid, host, iteration, phase, time) at most every ``interval``
-    seconds, and at once when its phase changes."""
+    seconds, and at once when its phase (``starting``, ``evaluating``, ``iterating``: the launcher allows
+    each its own silence) changes."""
 
     def __init__(self, job_dir: Path, rank: int, interval: float = 1.0):
         self.path = mpi_dir(job_dir) / f"rank-{rank}.json"
