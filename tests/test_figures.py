@@ -47,6 +47,10 @@ def quick(tmp_path_factory):
     root = tmp_path_factory.mktemp("figures")
     results, out = root / "results", root / "out"
     started = time.perf_counter()
+    # the opt-in CNN spec first, as a user runs `make figures ONLY=deep` before `make figures`, so that the
+    # table's CNN rows are computed (its own figure goes elsewhere: the default figures are checked below)
+    proc = _figures("--quick", "--only", "deep", "--jobs", "2", "--results", str(results), "--out", str(root / "deep"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     # two training jobs at once (each in a pool process), as on a 2-core machine by default
     proc = _figures("--quick", "--jobs", "2", "--results", str(results), "--out", str(out))
     elapsed = time.perf_counter() - started
@@ -171,6 +175,21 @@ def test_reproduction_numbers_match_the_results_files(quick):
         assert f"{_pm(ratio, 2)}x" in rows["C3"][3]
 
 
+def test_the_cnn_rows_pair_every_seed_of_the_deep_spec(quick):
+    """C5-CNN is the C5 rule over every seed of `experiments/deep.yaml`, one number per network."""
+    results, text = quick["results"], (quick["out"] / "REPRODUCTION.md").read_text()
+    data = json.loads((quick["out"] / "reproduction.json").read_text())
+    row = next(line for line in text.splitlines() if line.startswith("| C5-CNN |"))
+    cells = [c.strip() for c in row.strip().strip("|").split("|")]
+    assert cells[-1].strip("*") in VERDICTS and cells[-1].strip("*") == data["C5-CNN"]["verdict"]
+    for experiment in ("quick_cnn_mnist", "quick_cnn_cifar10"):
+        runs = _paired(results, experiment, lambda config: True)
+        assert len(runs) == 2  # the quick grid's two seeds, each a cb-Full and cb-DyBW pair
+        accuracy = [d["final_test_accuracy"] - f["final_test_accuracy"] for f, d in runs.values()]
+        assert f"{_pm(accuracy, 2, 100)} points" in cells[3], (experiment, cells[3])
+    assert [v["accuracy_points"]["seeds"] for v in data["C5-CNN"]["values"].values()] == [2, 2]
+
+
 def _paired(results: Path, experiment: str, keep) -> dict[tuple, tuple[dict, dict]]:
     """``(topology.seed, seed) -> (cb-Full summary, cb-DyBW summary)`` of the jobs whose config ``keep`` accepts."""
     from omegaconf import OmegaConf
@@ -201,10 +220,11 @@ def test_time_to_target_is_resolved_to_the_iteration_and_curves_skip_the_probes(
     from omegaconf import OmegaConf
 
     def replayable(job_dir: Path) -> bool:
-        """Iteration-engine runs on the virtual clock probe; AD-PSGD (no iterations) and a measured wall-clock
-        run (nothing to replay) keep their evaluation grid."""
+        """Iteration-engine runs on the virtual clock probe; AD-PSGD (no iterations), a measured wall-clock
+        run (nothing to replay) and a run that turned the probe off keep their evaluation grid."""
         config = OmegaConf.load(job_dir / ".hydra" / "config.yaml")
-        return config.algo.name != "ad_psgd" and config.runner.get("clock", "virtual") == "virtual"
+        virtual = config.runner.get("clock", "virtual") == "virtual"
+        return config.algo.name != "ad_psgd" and virtual and config.evaluation.probe_target
 
     summaries = [json.loads(p.read_text()) for p in results.glob("*/*/summary.json") if replayable(p.parent)]
     runs = [s for s in summaries if s.get("mode", "train") == "train"]
@@ -212,7 +232,9 @@ def test_time_to_target_is_resolved_to_the_iteration_and_curves_skip_the_probes(
     assert reached and all(s["target_resolution"] == 1 for s in reached)
     probed = [p.parent for p in results.glob("*/*/metrics.csv") if "probe" in set(pd.read_csv(p)["evaluation"])]
     assert probed
-    assert "resolved to the iteration" in (quick["out"] / "REPRODUCTION.md").read_text()
+    note = (quick["out"] / "REPRODUCTION.md").read_text()
+    assert "resolved to the iteration" in note
+    assert "runs with `evaluation.probe_target=false`, to their evaluation grid" in note  # the CIFAR-10 CNN runs
     specs = load_specs(REPO / "experiments")
     composer = Composer(REPO / "conf")
     jobs = unique([job for spec in specs.values() for job in own_jobs(spec, composer, quick=True)])

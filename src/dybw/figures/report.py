@@ -782,23 +782,24 @@ def _target_note(ctx: Context) -> str:
     """How iterations and time to target were measured, from the runs' ``target_resolution``."""
     trained = [j for j in ctx.jobs if j.kind == "train"]
     # AD-PSGD has no iterations to replay, and a wall-clock run was measured, not computed: both keep the
-    # resolution of their evaluation grid.
+    # resolution of their evaluation grid, as does a run whose spec turned the replay off to save its cost.
     replayable = [
         j for j in trained if j.plain["algo"]["name"] != "ad_psgd" and j.plain["runner"].get("clock") != "wall"
     ]
-    resolutions = ctx.summaries(replayable).get("target_resolution", [])
-    others = len(trained) - len(replayable)
+    probed = [j for j in replayable if j.plain["evaluation"]["probe_target"]]
+    resolutions = ctx.summaries(probed).get("target_resolution", [])
+    on_grid = []
+    if len(trained) > len(replayable):
+        on_grid.append(f"the {len(trained) - len(replayable)} AD-PSGD and wall-clock runs, which cannot be replayed")
+    if len(replayable) > len(probed):
+        on_grid.append(f"the {len(replayable) - len(probed)} runs with `evaluation.probe_target=false`")
     return (
         "Iterations and time to target are those of the first iteration at which the average model's test "
         "accuracy reaches the target: "
         + style.describe_resolution(resolutions)
         + " (each run's `summary.json`, `target_resolution`; the evaluation that first reaches the target "
         "replays the iterations since the one before it and scores the test set after each: docs/figures.md)"
-        + (
-            f"; the {others} AD-PSGD and wall-clock runs, which cannot be replayed, to their evaluation grid."
-            if others
-            else "."
-        )
+        + (f"; {' and '.join(on_grid)}, to their evaluation grid." if on_grid else ".")
     )
 
 
