@@ -185,7 +185,7 @@ def test_missing_files_without_network(tmp_path):
     for f, md5 in DATASETS["mnist"].files.items():
         assert f"{f} (md5 {md5})" in msg
     assert "network disabled in tests" in msg  # the cause is shown
-    assert list((tmp_path / "data" / "mnist").iterdir()) == []  # no partial files left behind
+    assert not (tmp_path / "data").exists()  # no partial files, nor the folders made for them, left behind
 
     with pytest.raises(DataError) as ei:
         ensure_files("cifar10", tmp_path / "data", cache_dir=tmp_path / "cache")
@@ -193,6 +193,18 @@ def test_missing_files_without_network(tmp_path):
     assert "\n" not in msg and "cifar-10-python.tar.gz" in msg and "DYBW_DATA_DIR" in msg
     for f, md5 in DATASETS["cifar10"].files.items():
         assert f"{f} (md5 {md5})" in msg
+    assert not (tmp_path / "data").exists()
+
+
+def test_a_failed_download_keeps_the_folders_that_were_there(tmp_path):
+    (tmp_path / "data" / "mnist").mkdir(parents=True)
+    (tmp_path / "data" / "cifar10").mkdir()
+    for name in ("mnist", "cifar10"):
+        with pytest.raises(DataError):
+            ensure_files(name, tmp_path / "data", cache_dir=tmp_path / "cache")
+    # the user's (empty) folders stay; only the one the download made below them is gone
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["cifar10", "mnist"]
+    assert list((tmp_path / "data" / "cifar10").iterdir()) == []
 
 
 def test_uncreatable_data_dir_without_network(tmp_path):
@@ -231,7 +243,7 @@ def test_download_with_wrong_content_everywhere_fails(tmp_path, monkeypatch):
         ensure_files("mnist", tmp_path, cache_dir=tmp_path / "cache")
     bad = hashlib.md5(b"not mnist").hexdigest()
     assert f"received md5 {bad}" in str(ei.value)
-    assert list((tmp_path / "mnist").iterdir()) == []
+    assert not (tmp_path / "mnist").exists()  # nothing left behind
 
 
 def test_archive_download_unpacks_only_the_named_members(tmp_path, monkeypatch):

@@ -337,14 +337,23 @@ def ensure_files(
             missing.append(fname)
     if not missing:
         return folder
+    created = [d for d in (folder, *folder.parents) if not d.exists()]  # deepest first
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise _no_network_error(name, spec, folder, missing, f"cannot create {folder}: {_one_line(e)}") from e
-    if spec.archive is not None:
-        _fetch_archive(name, spec, folder, missing, timeout)
-    else:
-        _fetch_mirrored(name, spec, folder, missing, timeout)
+    try:
+        if spec.archive is not None:
+            _fetch_archive(name, spec, folder, missing, timeout)
+        else:
+            _fetch_mirrored(name, spec, folder, missing, timeout)
+    except BaseException:
+        # A failed download leaves no empty folders behind: an empty ./data would stop `make data` from
+        # linking the offline copy there, and the next run would fail the same way.
+        for directory in created:
+            if directory.is_dir() and not any(directory.iterdir()):
+                directory.rmdir()
+        raise
     return folder
 
 
