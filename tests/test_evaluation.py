@@ -169,6 +169,28 @@ def test_the_replay_puts_the_runs_parameters_back():
 
 
 @pytest.mark.parametrize(
+    "model",
+    [
+        ["model=mlp", "model.hidden=[8]"],
+        ["model=keras", "model.factory=keras_factories:small_net", "+model.kwargs.width=8"],
+    ],
+    ids=["mlp", "keras"],
+)
+def test_how_often_a_run_is_evaluated_does_not_change_what_it_trains(model):
+    """Evaluations split the iterations into different chunks and probe at different places; the parameters
+    after the last iteration are the same bits, so runs evaluated at different cadences can be compared (or
+    extended) iteration by iteration."""
+    overrides = model + ["algo=cb_dybw", "straggler=paper", "iterations=24", "target_accuracy=0.6"]
+    params = []
+    for every in (2, 5, 24):
+        *_, engine = engine_for(overrides + [f"eval_every={every}"])
+        engine.run(lambda row: None)
+        params.append(engine.trainer.params.numpy())
+    for other in params[1:]:
+        np.testing.assert_array_equal(other, params[0])
+
+
+@pytest.mark.parametrize(
     ("override", "message"),
     [
         ("evaluation.full_every_evals=0", "evaluation.full_every_evals=0 is invalid: must be >= 1"),
