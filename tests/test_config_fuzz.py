@@ -96,6 +96,8 @@ OUT_OF_RANGE = [
     ("algo.min_neighbors", st.integers(max_value=0), ["algo=cb_dybw"]),
     ("algo.b", st.integers(max_value=-1), ["algo=cb_static"]),
     ("dataset.batch_size", st.integers(max_value=0), []),
+    ("dataset.holdout", st.integers(max_value=-1), []),
+    ("dataset.holdout", st.integers(min_value=8192), ["dataset=synthetic"]),  # every training sample held out
     ("dataset.shards_per_worker", st.integers(max_value=0), []),
     ("dataset.dirichlet_alpha", st.one_of(below(0, strict=False), POS_INF_NAN), []),
     ("dataset.pca_dim", st.one_of(st.integers(max_value=-1), st.integers(min_value=785)), ["dataset=mnist"]),
@@ -322,6 +324,7 @@ SECTIONS = {
         "dirichlet_alpha",
         "batch_size",
         "target_accuracy",
+        "holdout",
         "num_train",
         "num_test",
         "input_dim",

@@ -574,6 +574,37 @@ def test_load_dataset_config_errors():
         load_dataset(_syn_cfg(features="pixels"), 2, data_seed=0)
 
 
+def test_holdout_replaces_the_test_set_with_training_samples():
+    full = load_dataset(_syn_cfg(), 4, data_seed=3)
+    held = load_dataset(_syn_cfg(holdout=300), 4, data_seed=3)
+    assert held.x_train.shape == (1700, 20) and held.x_test.shape == (300, 20) and len(held.y_test) == 300
+    assert _check_disjoint(list(held.shards), 1700) == 1700
+    # The two parts are the training set, each in its original order; the test set is not used at all.
+    rows = {row.tobytes(): i for i, row in enumerate(full.x_train)}
+    train_rows = [rows[r.tobytes()] for r in held.x_train]
+    test_rows = [rows[r.tobytes()] for r in held.x_test]
+    assert sorted(train_rows + test_rows) == list(range(2000)) and train_rows == sorted(train_rows)
+    np.testing.assert_array_equal(held.y_test, full.y_train[sorted(test_rows)])
+    assert not any(r.tobytes() in rows for r in full.x_test)
+    # The held-out samples are drawn from data_seed's own stream; holdout=0 is the dataset as before.
+    other = load_dataset(_syn_cfg(holdout=300), 4, data_seed=4)
+    assert not np.array_equal(other.y_test, held.y_test) or not np.array_equal(other.x_test, held.x_test)
+    again = load_dataset(_syn_cfg(holdout=0), 4, data_seed=3)
+    np.testing.assert_array_equal(again.x_test, full.x_test)
+    np.testing.assert_array_equal(again.x_train, full.x_train)
+
+
+def test_holdout_errors_before_loading():
+    with pytest.raises(ConfigError) as ei:
+        load_dataset(_syn_cfg(name="cifar10", holdout=50000, batch_size=8), 2, 0, data_dir="/nonexistent")
+    assert str(ei.value) == "dataset.holdout=50000 is invalid: allowed range [0, 49999] (the training set's size - 1)"
+    # The workers' shards come from what is left: 2000 - 1000 samples over 10 workers.
+    with pytest.raises(ConfigError, match=r"dataset.batch_size=101 .* \(100 samples with 10 workers"):
+        load_dataset(_syn_cfg(holdout=1000, batch_size=101), 10, data_seed=0)
+    with pytest.raises(ConfigError, match="dataset.holdout=-1 is invalid: must be an integer >= 0"):
+        load_dataset(_syn_cfg(holdout=-1), 2, data_seed=0)
+
+
 def test_size_helpers():
     assert input_dim_of(SimpleNamespace(name="cifar10")) == 3072 == DATASET_INFO["cifar10"]["input_dim"]
     assert train_size_of(SimpleNamespace(name="mnist")) == 60000

@@ -330,3 +330,13 @@ def test_a_bad_spec_is_one_line_error(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
     assert "bogus" in proc.stderr
+
+
+def test_a_caption_says_when_accuracy_is_measured_on_held_out_training_samples():
+    from dybw.figures import style
+    from helpers import compose
+
+    _, plain = compose(["dataset=synthetic", "model=logreg"])
+    assert "held-out" not in style.describe_training(plain)
+    _, plain = compose(["dataset=synthetic", "model=logreg", "dataset.holdout=500"])
+    assert "evaluated on 500 held-out training samples, not the test set" in style.describe_training(plain)

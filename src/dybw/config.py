@@ -49,6 +49,7 @@ class DatasetConfig:
     dirichlet_alpha: Annotated[float, Finite(0, strict=True)]
     batch_size: Annotated[int, AtLeast(1)]
     target_accuracy: Annotated[float, Range(0, 1, low_open=True)]
+    holdout: Annotated[int, AtLeast(0)]  # > 0: evaluate on this many held-out training samples, not the test set
 
 
 @dataclass
@@ -194,9 +195,10 @@ def _check_experiment_name(name: str) -> None:
 
 
 def _check_dataset(cfg: RunConfig) -> None:
-    from .data import input_dim_of, input_shape_of, train_size_of
+    from .data import holdout_of, input_dim_of, input_shape_of, train_size_of
 
     data = cfg.dataset
+    holdout_of(data)  # below the training set's size
     if data.name == "synthetic" and data.num_train < cfg.num_workers:
         raise ConfigError("dataset.num_train", data.num_train, f"must be >= {cfg.num_workers}")
     if data.augment != "none" and len(input_shape_of(data)) != 3:

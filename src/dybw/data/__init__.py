@@ -29,6 +29,7 @@ from dybw.data.preprocess import NORMALIZE_CHOICES
 from dybw.data.sources import cache_dir_from_env, data_dir_from_env, ensure_files, files_digest, load_raw
 from dybw.data.synthetic import make_synthetic
 from dybw.errors import ConfigError, DataError
+from dybw.rng import stream
 
 __all__ = [
     "DATASET_INFO",
@@ -52,6 +53,8 @@ __all__ = [
     "load_dataset",
     "load_raw",
     "make_synthetic",
+    "hold_out",
+    "holdout_of",
     "num_classes_of",
     "test_size_of",
     "train_size_of",
@@ -159,16 +162,49 @@ def as_images(name: str, x: np.ndarray) -> np.ndarray:
     return x.reshape(-1, *DATASET_INFO[name]["image_shape"])
 
 
-def train_size_of(cfg) -> int:
-    """Number of training samples of the configured dataset, without loading it."""
+def _file_train_size(cfg) -> int:
     name = _name(cfg)
     return _int_field(cfg, "num_train", 1) if name == "synthetic" else DATASET_INFO[name]["train"]
 
 
+def holdout_of(cfg) -> int:
+    """``dataset.holdout``: training samples set aside as the evaluation set (0: evaluate on the test set)."""
+    holdout = _int_field(cfg, "holdout", 0, default=0)
+    available = _file_train_size(cfg)
+    if holdout >= available:
+        raise ConfigError(
+            "dataset.holdout", holdout, f"allowed range [0, {available - 1}] (the training set's size - 1)"
+        )
+    return holdout
+
+
+def train_size_of(cfg) -> int:
+    """Number of samples the workers train on, without loading the data: the training set less the
+    ``dataset.holdout`` samples set aside."""
+    return _file_train_size(cfg) - holdout_of(cfg)
+
+
 def test_size_of(cfg) -> int:
-    """Number of test samples of the configured dataset, without loading it."""
+    """Number of samples a run is evaluated on, without loading it: the test set, or the held-out
+    training samples when ``dataset.holdout > 0``."""
     name = _name(cfg)
+    holdout = holdout_of(cfg)
+    if holdout:
+        return holdout
     return _int_field(cfg, "num_test", 1) if name == "synthetic" else DATASET_INFO[name]["test"]
+
+
+def hold_out(x_train, y_train, count: int, data_seed: int):
+    """Split ``count`` training samples, drawn from the stream ``(data_seed, "holdout")``, off the training
+    set: returns ``(x_rest, y_rest, x_held, y_held)``, each part in its original order.
+
+    With ``dataset.holdout > 0`` the held-out part replaces the test set, so that a step size (or any other
+    setting) can be tuned without ever looking at test accuracy; ``count=0`` changes nothing."""
+    if count == 0:
+        return x_train, y_train, x_train[:0], y_train[:0]
+    held = np.zeros(len(y_train), dtype=bool)
+    held[stream(data_seed, "holdout").permutation(len(y_train))[:count]] = True
+    return x_train[~held], y_train[~held], x_train[held], y_train[held]
 
 
 def num_classes_of(cfg) -> int:
@@ -206,7 +242,8 @@ def load_dataset(
     ``cfg`` fields (the ``dataset`` config; every one is required, defaults live in
     ``conf/dataset/``): ``name`` (mnist | cifar10 | synthetic), ``batch_size``, ``features`` (pca | raw:
     ``pca_dim`` and ``whiten`` apply to pca only), ``normalize``, ``pca_dim``, ``whiten``, ``split``,
-    ``shards_per_worker``, ``dirichlet_alpha``; for synthetic
+    ``shards_per_worker``, ``dirichlet_alpha``, ``holdout`` (optional, default 0: training samples set aside
+    to evaluate on instead of the test set, :func:`hold_out`); for synthetic
     ``num_train``, ``num_test``, ``input_dim``, ``num_classes``, ``class_sep``.
 
     ``data_seed`` seeds the partition (``default_rng(data_seed)``) and the synthetic data.
@@ -232,6 +269,7 @@ def load_dataset(
         raise ConfigError("dataset.split", split, f"valid: {', '.join(SPLITS)}")
     k = _int_field(cfg, "shards_per_worker", 1)
     alpha = _field(cfg, "dirichlet_alpha")
+    holdout = holdout_of(cfg)
     n_train = train_size_of(cfg)
     # Best case for the smallest shard, known before loading: iid / dirichlet cannot beat
     # floor(n/N); shards give exactly k * floor(n / (N k)).
@@ -256,6 +294,8 @@ def load_dataset(
         x_tr, y_tr, x_te, y_te = load_raw(name, data_dir, cache_dir=cache_dir)
         # The files were verified against these MD5s, so they identify the raw bytes exactly.
         cache_key = f"{name}-{files_digest(name)}"
+    if holdout:  # the test set is set aside: it is neither trained nor evaluated on
+        x_tr, y_tr, x_te, y_te = hold_out(x_tr, y_tr, holdout, data_seed)
 
     # --- partition before the (possibly slow, cold-cache) PCA, so its errors come early --------
     shards = _partition.partition(

@@ -182,6 +182,8 @@ def describe_training(plain: dict, step: bool = True, splits=None) -> str:
     split = " or ".join(split_names[name] for name in (splits or [data["split"]]))
     step_text = f"step {algo['eta0']:g}" + ("" if algo["delta"] == 1 else f" x {algo['delta']:g}^k")
     name = {"mnist": "MNIST", "cifar10": "CIFAR-10", "synthetic": "synthetic Gaussian mixture"}[data["name"]]
+    if data.get("holdout", 0):  # old results have no holdout key
+        split += f"; evaluated on {data['holdout']} held-out training samples, not the test set"
     return (
         f"{name} ({features}, {split}), {model_text}, batch {data['batch_size']} per worker, "
         + (f"{step_text}, " if step else "")
