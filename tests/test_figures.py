@@ -303,6 +303,53 @@ def test_jobs_are_named_and_hashed_as_run_py_names_them(tmp_path):
     assert summary["status"] == "completed" and summary["config_hash"] == job.digest
 
 
+def test_a_sweep_stopped_mid_job_continues_from_the_checkpoint(tmp_path, monkeypatch):
+    """Stopped part-way (Ctrl-C, a lost session), a job continues from its last checkpoint when the sweep is
+    run again, and ends with the bits of an uninterrupted run."""
+    import io
+
+    import pandas as pd
+
+    from dybw import job as job_module
+    from dybw.figures import specs
+    from dybw.figures.runner import run_jobs
+
+    spec = specs.load_specs(REPO / "experiments")["convergence_mnist"]
+    job = specs.own_jobs(spec, specs.Composer(REPO / "conf"), quick=True)[0]
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    run_jobs([job], whole, stream=io.StringIO())
+
+    write_checkpoint, stop_at = job_module.write_checkpoint, 3 * job.plain["eval_every"]
+
+    def stopped_after_a_checkpoint(job_dir, state, digest):
+        write_checkpoint(job_dir, state, digest)
+        if int(state["iteration"]) >= stop_at:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(job_module, "write_checkpoint", stopped_after_a_checkpoint)
+    with pytest.raises(KeyboardInterrupt):
+        run_jobs([job], cut, stream=io.StringIO())
+    monkeypatch.undo()
+    job_dir = job.job_dir(cut)
+    assert json.loads((job_dir / "summary.json").read_text())["status"] == "interrupted"
+    before = pd.read_csv(job_dir / "metrics.csv")
+    assert before["iteration"].max() == stop_at < job.plain["iterations"]
+
+    counts = run_jobs([job], cut, stream=io.StringIO())
+    assert counts[job.spec]["ran"] == 1 and counts[job.spec]["failed"] == 0
+    after = pd.read_csv(job_dir / "metrics.csv")
+    # the rows up to the checkpoint were kept, not recomputed: their measured wall times are the first try's
+    pd.testing.assert_frame_equal(after.iloc[: len(before)], before, check_exact=True)
+    assert not (job_dir / "checkpoint.npz").exists()
+    for name in ("metrics.csv", "timeline.parquet"):
+        read = pd.read_csv if name.endswith(".csv") else pd.read_parquet
+        mine, theirs = (
+            read(root / job.relative_dir / name).drop(columns=["wall_seconds"], errors="ignore")
+            for root in (cut, whole)
+        )
+        pd.testing.assert_frame_equal(mine, theirs, check_exact=True)
+
+
 def test_two_step_composition_matches_hydra():
     """The sweep composer's configs equal dybw.cli.compose_job's, and its names Hydra's override_dirname."""
     from hydra import compose, initialize_config_dir

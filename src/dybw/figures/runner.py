@@ -5,7 +5,8 @@ is imported once per process), in ``--jobs`` processes at once, except on a cloc
 (``runner.clock=wall``: launched on MPI ranks by the config's runner, one job at a time, alone, consecutive
 ones sharing one MPI world); clock-only jobs through :func:`dybw.figures.clock_only.run_clock_job`, in this
 process.
-A job whose ``summary.json`` says ``completed`` with the same config hash is never rerun.
+A job whose ``summary.json`` says ``completed`` with the same config hash is never rerun; one stopped
+part-way continues from its last checkpoint.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def run_one(job: Job, results: Path) -> tuple[dict | None, str]:
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            cfg = load(job.plain)
+            cfg = load(resumable(job))
             graph = validate(cfg)
             _write_hydra_files(job, job_dir)
             if job.kind == "clock":
@@ -68,6 +69,17 @@ def run_one(job: Job, results: Path) -> tuple[dict | None, str]:
         return None, f"error: {error}"
     except Exception as error:  # noqa: BLE001 - a failed job is reported, the others still run
         return None, f"error: {type(error).__name__}: {error}"
+
+
+def resumable(job: Job) -> dict:
+    """The job's config, set to continue from its checkpoint when an earlier sweep was stopped mid-job.
+
+    A checkpoint only counts for the config hash it was written under, and a resumed run gives the bits of
+    an uninterrupted one, so a sweep stopped by Ctrl-C or a lost session loses at most one evaluation
+    interval per running job.  Wall-clock jobs are measurements and are never checkpointed."""
+    if job.kind != "train" or is_wall_clock(job):
+        return job.plain
+    return {**job.plain, "resume": True}
 
 
 def _clamp_notes(caught) -> str:
