@@ -190,6 +190,26 @@ def test_the_cnn_rows_pair_every_seed_of_the_deep_spec(quick):
     assert [v["accuracy_points"]["seeds"] for v in data["C5-CNN"]["values"].values()] == [2, 2]
 
 
+def test_the_deep_caption_names_the_step_of_each_algorithm_where_they_differ(quick):
+    """On CIFAR-10 cb-Full runs at its own tuned step (experiments/deep.yaml): one step in the caption would be
+    wrong for one of the two curves."""
+    caption = json.loads((quick["out"].parent / "deep" / "figures.json").read_text())["deep"]["caption"]
+    mnist, cifar = caption.split("(for the CNN on CIFAR-10)")
+    assert re.search(r"steps 0\.2 x [0-9.]+\^k \(cb-Full\), 0\.1 x [0-9.]+\^k \(cb-DyBW\)", cifar), cifar
+    assert re.search(r", step 0\.2, ", mnist) and "(cb-Full)" not in mnist, mnist
+
+
+def test_a_step_shared_by_every_algorithm_is_named_once():
+    from dybw.figures.style import describe_steps, step_rule
+
+    assert step_rule({"eta0": 0.2, "delta": 1.0}) == "0.2"
+    assert step_rule({"eta0": 0.1, "delta": 0.998849}) == "0.1 x 0.998849^k"
+    assert describe_steps({"cb-Full": "0.2", "cb-DyBW": "0.2", "isolated (W = I)": "0.2"}) == "step 0.2"
+    assert describe_steps({"cb-Full": "0.2", "cb-DyBW": "0.1", "isolated (W = I)": "0.1"}) == (
+        "steps 0.2 (cb-Full), 0.1 (cb-DyBW, isolated (W = I))"
+    )
+
+
 def _paired(results: Path, experiment: str, keep) -> dict[tuple, tuple[dict, dict]]:
     """``(topology.seed, seed) -> (cb-Full summary, cb-DyBW summary)`` of the jobs whose config ``keep`` accepts."""
     from omegaconf import OmegaConf

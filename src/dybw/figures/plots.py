@@ -228,8 +228,11 @@ def convergence_sweeps(ctx: Context) -> Drawn:
                 ax.axhline(plain["target_accuracy"], color="0.3", ls=":", lw=1)
         if own and not rows.empty:
             plain = own[0].plain
+            # a sweep may give each algorithm its own tuned step (experiments/deep.yaml)
+            steps = style.describe_steps({load.algo_label(j.plain): style.step_rule(j.plain["algo"]) for j in own})
             setups.append(
-                f"{sweep}: {style.describe_training(plain)}, evaluated every {plain['eval_every']} iterations"
+                f"{sweep}: {style.describe_training(plain, step=False)}, {steps}, "
+                f"evaluated every {plain['eval_every']} iterations"
             )
     style.panel_letters(axes)
     ordered = [h for label, h in handles.items()]

@@ -166,6 +166,21 @@ def describe_graph(plain: dict, topology: dict | None) -> str:
     return text
 
 
+def step_rule(algo: dict) -> str:
+    """The step size of an ``algo`` config: ``eta0`` or ``eta0 x delta^k``."""
+    return f"{algo['eta0']:g}" + ("" if algo["delta"] == 1 else f" x {algo['delta']:g}^k")
+
+
+def describe_steps(steps: dict[str, str]) -> str:
+    """``steps``: each algorithm's label -> its step rule; one rule for all, or which algorithm has which."""
+    rules = list(dict.fromkeys(steps.values()))
+    if len(rules) == 1:
+        return f"step {rules[0]}"
+    return "steps " + ", ".join(
+        f"{rule} ({', '.join(label for label, r in steps.items() if r == rule)})" for rule in rules
+    )
+
+
 def describe_training(plain: dict, step: bool = True, splits=None) -> str:
     """The task of a job's config; ``splits``: the data splits the figure's panels use, if several."""
     data, model, algo = plain["dataset"], plain["model"], plain["algo"]
@@ -180,13 +195,12 @@ def describe_training(plain: dict, step: bool = True, splits=None) -> str:
         "dirichlet": f"Dirichlet(alpha={data['dirichlet_alpha']}) split",
     }
     split = " or ".join(split_names[name] for name in (splits or [data["split"]]))
-    step_text = f"step {algo['eta0']:g}" + ("" if algo["delta"] == 1 else f" x {algo['delta']:g}^k")
     name = {"mnist": "MNIST", "cifar10": "CIFAR-10", "synthetic": "synthetic Gaussian mixture"}[data["name"]]
     if data.get("holdout", 0):  # old results have no holdout key
         split += f"; evaluated on {data['holdout']} held-out training samples, not the test set"
     return (
         f"{name} ({features}, {split}), {model_text}, batch {data['batch_size']} per worker, "
-        + (f"{step_text}, " if step else "")
+        + (f"step {step_rule(algo)}, " if step else "")
         + f"{plain['iterations']} iterations"
     )
 
