@@ -575,8 +575,11 @@ PAPER["C3-CNN"] = (
     "Beyond the paper: C3 for convolutional networks on raw pixels (LeNet-5 on MNIST, a GroupNorm CNN on CIFAR-10)."
 )
 PAPER["C5-CNN"] = "Beyond the paper: C5 for the same convolutional networks."
-RULES["C3-CNN"] = "the C3 rule, on the runs of `experiments/deep.yaml` (one row per network); not run: no runs yet."
-RULES["C5-CNN"] = "the C5 rule, on the runs of `experiments/deep.yaml`; not run: no runs yet."
+RULES["C3-CNN"] = (
+    "the C3 rule, on the runs of `experiments/deep.yaml` (one row per network); not run: those runs are missing "
+    "(`make figures ONLY=deep` runs them)."
+)
+RULES["C5-CNN"] = "the C5 rule, on the runs of `experiments/deep.yaml`; not run: those runs are missing."
 
 
 def _cnn_claim(ctx: Context, check, key: str) -> Claim:
