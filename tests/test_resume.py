@@ -74,6 +74,9 @@ def test_killed_job_resumes_and_matches_the_uninterrupted_run(tmp_path):
     wait_for_checkpoint(cut, 500)
     process.kill()  # SIGKILL: no chance to flush anything beyond the last checkpoint
     process.wait()
+    with np.load(job_dir_of(cut) / "checkpoint.npz") as data:
+        cut_at, spent = int(data["iteration"]), float(data["measured_wall_seconds"])
+        evaluation_spent = float(data["measured_evaluation_seconds"])
     resumed = run_cli(LONG + ["resume=true"], cwd=cut, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
 
@@ -82,6 +85,11 @@ def test_killed_job_resumes_and_matches_the_uninterrupted_run(tmp_path):
     for mine, theirs in zip(frames(job_dir_of(cut)), frames(job_dir_of(whole))):
         pd.testing.assert_frame_equal(mine, theirs, check_exact=True)
     assert not (job_dir_of(cut) / "checkpoint.npz").exists()
+
+    # The measured times go on from the checkpoint's instead of restarting at zero.
+    wall = pd.read_csv(job_dir_of(cut) / "metrics.csv").set_index("iteration")["wall_seconds"]
+    assert wall.is_monotonic_increasing and wall.loc[cut_at + 50] > spent
+    assert summary["wall_seconds"] > wall.iloc[-1] and summary["evaluation_seconds"] > evaluation_spent
 
 
 def test_sigint_and_sigterm_flush_and_mark_interrupted(tmp_path):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -166,6 +166,29 @@ class EvaluationCost:
     evaluation_seconds: float = 0.0
     target_probe_seconds: float = 0.0
     target_replayed_iterations: int = 0
+
+
+def measured_so_far(started: float, cost: EvaluationCost) -> dict:
+    """The wall seconds since ``started`` and the evaluation ``cost``, as checkpoint entries.
+
+    A resumed run adds to them (:func:`resumed_measurements`), so its ``wall_seconds`` and costs count
+    the work its results contain, as an uninterrupted run's do, instead of restarting at zero."""
+    return {"measured_wall_seconds": time.perf_counter() - started} | {
+        f"measured_{name}": value for name, value in asdict(cost).items()
+    }
+
+
+def resumed_measurements(state) -> tuple[float, EvaluationCost]:
+    """The wall seconds and evaluation cost a checkpoint ``state`` recorded (zero for a checkpoint
+    written before they were)."""
+    cost = EvaluationCost(
+        **{
+            name: type(zero)(state[key])  # numpy scalars from the .npz back to the field's int or float
+            for name, zero in asdict(EvaluationCost()).items()
+            if (key := f"measured_{name}") in state
+        }
+    )
+    return float(state.get("measured_wall_seconds", 0.0)), cost
 
 
 class Engine:
@@ -434,6 +457,8 @@ class IterationEngine(Engine):
 
         if resume_from is not None:
             k = self.restore(resume_from)
+            spent, self.cost = resumed_measurements(resume_from)
+            started -= spent
         else:
             evaluate(0, 0.0, float(self.schedule.learning_rate(0)))
             k = 0
@@ -464,7 +489,7 @@ class IterationEngine(Engine):
                     self.timeline.record(chunk.timing, t + 1)
                     evaluate(k, float(chunk.timing.end[t]), float(chunk.learning_rates[t]), since, since_params)
                     if on_checkpoint is not None:
-                        on_checkpoint(self.checkpoint(chunk, t))
+                        on_checkpoint(self.checkpoint(chunk, t) | measured_so_far(started, self.cost))
                     since, since_params = [], self.trainer.params
                 if on_progress is not None:
                     on_progress(k, float(chunk.timing.end[t]))

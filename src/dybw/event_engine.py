@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .algorithms import build_algorithm
-from .engine import Engine, EvaluationCost, RunOutcome
+from .engine import Engine, EvaluationCost, RunOutcome, measured_so_far, resumed_measurements
 from .errors import Diverged
 from .rng import UniformStream
 from .sampling import WorkerBatches
@@ -343,6 +343,8 @@ class EventEngine(Engine):
 
         if resume_from is not None:
             self.restore(resume_from)
+            spent, self.cost = resumed_measurements(resume_from)
+            started -= spent
         else:
             evaluate(0, 0.0, float(self.schedule.learning_rate(0)))
         schedule = self.schedule
@@ -356,7 +358,7 @@ class EventEngine(Engine):
                 k = int(self.timeline.columns["iteration"][last])
                 evaluate(target // n, now, float(schedule.learning_rate(k)))
                 if on_checkpoint is not None:
-                    on_checkpoint(self.checkpoint())
+                    on_checkpoint(self.checkpoint() | measured_so_far(started, self.cost))
             if on_progress is not None:
                 on_progress(schedule.completed // n, now)
         return RunOutcome("completed")

@@ -126,6 +126,7 @@ def prepare(cfg, graph, job_dir: Path, resolved: dict, digest: str, make_engine,
 
 def _build_engine(run: JobRun, graph, make_engine) -> None:
     from .data import load_dataset
+    from .engine import resumed_measurements
 
     cfg = run.cfg
     dataset = load_dataset(cfg.dataset, cfg.num_workers, cfg.data_seed, data_dir=cfg.data_dir)
@@ -137,6 +138,8 @@ def _build_engine(run: JobRun, graph, make_engine) -> None:
     if run.resume_from is not None:
         done = int(run.resume_from["iteration"])
         run.writer.restore_metrics(done)
+        # The summary's wall time goes on from the checkpoint's, as the engine's wall_seconds column does.
+        run.started -= resumed_measurements(run.resume_from)[0]
         log.info("%s: resuming after iteration %d", run.job_dir, done)
     elif run.writes:
         # A fresh start in a used directory: drop what an earlier, unfinished run left behind.
