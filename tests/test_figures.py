@@ -8,6 +8,7 @@ job (summary.json untouched).  Also: the jobs are named and hashed exactly as ``
 from __future__ import annotations
 
 import json
+import math
 import re
 import statistics
 import subprocess
@@ -187,6 +188,9 @@ def test_the_cnn_rows_pair_every_seed_of_the_deep_spec(quick):
         assert len(runs) == 2  # the quick grid's two seeds, each a cb-Full and cb-DyBW pair
         accuracy = [d["final_test_accuracy"] - f["final_test_accuracy"] for f, d in runs.values()]
         assert f"{_pm(accuracy, 2, 100)} points" in cells[3], (experiment, cells[3])
+        half = 12.706 * statistics.stdev(accuracy) / math.sqrt(2)  # t_{0.975, 1}: two seeds
+        low, high = 100 * (statistics.mean(accuracy) - half), 100 * (statistics.mean(accuracy) + half)
+        assert f"(95 % interval {low:+.2f} to {high:+.2f})" in cells[3], (experiment, cells[3])
     assert [v["accuracy_points"]["seeds"] for v in data["C5-CNN"]["values"].values()] == [2, 2]
 
 
@@ -407,3 +411,18 @@ def test_a_caption_says_when_accuracy_is_measured_on_held_out_training_samples()
     assert "held-out" not in style.describe_training(plain)
     _, plain = compose(["dataset=synthetic", "model=logreg", "dataset.holdout=500"])
     assert "evaluated on 500 held-out training samples, not the test set" in style.describe_training(plain)
+
+
+def test_the_95_percent_interval_uses_students_t():
+    """mean ± t_{0.975, n-1} s / sqrt(n): the table and its series beyond 30 degrees of freedom agree with scipy."""
+    from scipy import stats
+
+    from dybw.figures.analysis import interval95, mean_std, t_quantile_975
+
+    for dof in (1, 2, 4, 9, 30, 31, 60, 200):
+        assert t_quantile_975(dof) == pytest.approx(stats.t.ppf(0.975, dof), abs=2e-3), dof
+    low, high = interval95(mean_std([1.0, 2.0, 3.0]))  # mean 2, s 1, n 3
+    assert (low, high) == pytest.approx((2 - 4.303 / 3**0.5, 2 + 4.303 / 3**0.5))
+    assert all(math.isnan(v) for v in interval95(mean_std([1.0])))
+    with pytest.raises(ValueError):
+        t_quantile_975(0)

@@ -40,6 +40,34 @@ def fmt_pm(stats: tuple[float, float, int], digits: int = 1, scale: float = 1.0,
     return text + unit
 
 
+# Two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom (beyond: the Cornish-Fisher series).
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+    2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+def t_quantile_975(dof: int) -> float:
+    """t_{0.975, dof}: the factor of a 95 % interval ``mean ± t * std / sqrt(n)`` with ``dof = n - 1``."""
+    if dof < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {dof}")
+    if dof <= len(_T975):
+        return _T975[dof - 1]
+    z = 1.959964
+    return z + (z**3 + z) / (4 * dof) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * dof**2)
+
+
+def interval95(stats: tuple[float, float, int]) -> tuple[float, float]:
+    """The 95 % t-interval of a mean from ``mean_std`` output, ``mean ± t_{0.975, n-1} * std / sqrt(n)``
+    (nan, nan for fewer than two values): with a handful of seeds it is several standard errors wide, which
+    a paired mean ± standard deviation alone does not show."""
+    mean, std, count = stats
+    if count < 2 or not math.isfinite(std):
+        return math.nan, math.nan
+    half = t_quantile_975(count - 1) * std / math.sqrt(count)
+    return mean - half, mean + half
+
+
 PAIRING = ("dataset", "split", "setting", "graph", "seed")  # what makes two runs see the same delays and data
 
 

@@ -41,7 +41,8 @@ RULES = {
     "with slow links out of a few workers, their messages are used at most half as often as the others'; "
     "partly: one of the two; not: neither.",
     "C5": "reproduced: on every dataset the final test accuracy is within 1 point of cb-Full's (paired mean) and the "
-    "time to target is lower; partly: within 3 points; not: otherwise.",
+    "time to target is lower; partly: within 3 points; not: otherwise. The paired mean's 95 % t-interval is "
+    "reported beside it, not judged: it says how far the few seeds can place the true difference.",
     "C6": "reproduced: on the non-i.i.d. split, the C2, C3 and C5 criteria all hold; partly: some hold; not: none.",
 }
 
@@ -336,12 +337,19 @@ def claim_c5(ctx: Context, groups=None) -> Claim:
         acc = analysis.difference(frame, DYBW, "final_test_accuracy")
         loss = analysis.difference(frame, DYBW, "final_train_loss")
         time_saved = analysis.reduction(frame, DYBW, "time_to_target")
+        low, high = analysis.interval95(acc)
         values[name] = {
-            "accuracy_points": {"mean": 100 * acc[0], "std": 100 * acc[1], "seeds": acc[2]},
+            "accuracy_points": {
+                "mean": 100 * acc[0],
+                "std": 100 * acc[1],
+                "seeds": acc[2],
+                "interval95": [100 * low, 100 * high],
+            },
             "train_loss_difference": {"mean": loss[0], "std": loss[1]},
             "time_to_target_reduction": {"mean": time_saved[0], "std": time_saved[1], "seeds": time_saved[2]},
         }
-        parts.append(f"{name} {fmt_pm(acc, 2, 100)} points, time to target {_pct(time_saved, 0)} shorter")
+        spread = f" (95 % interval {100 * low:+.2f} to {100 * high:+.2f})" if math.isfinite(low) else ""
+        parts.append(f"{name} {fmt_pm(acc, 2, 100)} points{spread}, time to target {_pct(time_saved, 0)} shorter")
         faster = time_saved[2] > 0 and time_saved[0] > 0
         if groups is not None or _judged(name):
             strict.append(acc[2] > 0 and abs(acc[0]) <= 0.01 and faster)
