@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -192,6 +193,34 @@ def test_the_cnn_rows_pair_every_seed_of_the_deep_spec(quick):
         low, high = 100 * (statistics.mean(accuracy) - half), 100 * (statistics.mean(accuracy) + half)
         assert f"(95 % interval {low:+.2f} to {high:+.2f})" in cells[3], (experiment, cells[3])
     assert [v["accuracy_points"]["seeds"] for v in data["C5-CNN"]["values"].values()] == [2, 2]
+
+
+def test_a_cnn_network_without_runs_is_named_and_caps_the_verdict(quick, tmp_path):
+    """With the CIFAR-10 CNN runs missing (a `make figures ONLY=deep` stopped part-way), C5-CNN is judged on
+    LeNet-5 alone, says which sweep is missing, and cannot be ``reproduced``."""
+    results = tmp_path / "results"
+    shutil.copytree(quick["results"], results)
+    shutil.rmtree(results / "quick_cnn_cifar10")
+    proc = _figures("--quick", "--no-run", "--only", "reproduction", "--results", str(results), "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads((tmp_path / "reproduction.json").read_text())
+    sections = (tmp_path / "REPRODUCTION.md").read_text().split("\n## ")
+    for key in ("C3-CNN", "C5-CNN"):
+        assert list(data[key]["values"]) == ["synthetic, MLP (for LeNet-5 on MNIST)"], data[key]["values"]
+        assert data[key]["verdict"] != "reproduced"
+        section = next(s for s in sections if s.startswith(f"{key}:"))
+        assert "No completed runs for deep (synthetic, MLP (for the CNN on CIFAR-10))" in section, section[:1500]
+
+
+def test_every_m_of_cb_dybw_is_timed_on_the_same_runs(quick):
+    """The m table's time to target compares like with like: m = 1 and cb-Full are the first graph's runs of
+    the m > 1 setting (convergence_mnist), not every cb-DyBW run of any spec (other delays, the CNN presets)."""
+    text = (quick["out"] / "REPRODUCTION.md").read_text()
+    section = text.split("## Beyond the paper: cb-DyBW's m", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if re.match(r"\| (\d|cb-Full) ", line)]
+    totals = {row.split("|")[1].strip(): row.strip().strip("|").split("|")[-1].strip().split("/")[1] for row in rows}
+    timed = {m: total for m, total in totals.items() if total != "0"}  # m without training runs: clock only
+    assert set(timed) == {"1", "2", "cb-Full"} and len(set(timed.values())) == 1, totals
 
 
 def test_the_deep_caption_names_the_step_of_each_algorithm_where_they_differ(quick):

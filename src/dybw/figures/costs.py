@@ -304,7 +304,10 @@ def _preset_control(ctx: Context) -> float:
 def min_neighbors_frame(ctx: Context) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(clock summaries with an ``m`` column: 0 for cb-Full, training summaries of the first graph with ``m``)."""
     clock = ctx.summaries(ctx.completed_jobs(ctx.select(spec="min_neighbors", kind="clock")))
-    train = ctx.summaries(ctx.completed_jobs(ctx.select(kind="train")))
+    # m = 1 and cb-Full are convergence_mnist's runs of the same setting: runs of other specs (other delays,
+    # models or tasks, e.g. the CNN presets) have times to target that do not compare with m > 1's
+    same_setting = ctx.select(spec="min_neighbors", kind="train") + ctx.select(spec="convergence_mnist", kind="train")
+    train = ctx.summaries(ctx.completed_jobs(same_setting))
     for frame in (clock, train):
         if not frame.empty:
             frame["m"] = np.where(frame["algo"] == "cb_dybw", frame["min_neighbors"], np.nan)

@@ -259,8 +259,10 @@ def _said(ctx: Context, conclusion: str) -> str:
 
 def _missing_text(ctx: Context) -> str:
     missing = getattr(ctx, "missing", [])
+    parts = getattr(ctx, "missing_parts", {})  # spec -> its sweeps without runs, when only some are missing
+    named = [f"{spec} ({', '.join(parts[spec])})" if parts.get(spec) else spec for spec in missing]
     return (
-        f" No completed runs for {', '.join(missing)}: the claim is checked on the other datasets only "
+        f" No completed runs for {', '.join(named)}: the claim is checked on the other datasets only "
         f"(run `python -m dybw.figures --only {','.join(missing)}`)."
         if missing
         else ""
@@ -597,12 +599,13 @@ def _cnn_claim(ctx: Context, check, key: str) -> Claim:
     frame = _summaries(ctx, DEEP) if expected else pd.DataFrame()
     groups = [(sweep, frame[frame["sweep"] == sweep]) for sweep in expected if not frame.empty]
     groups = [(sweep, rows) for sweep, rows in groups if not rows.empty]
-    saved = getattr(ctx, "missing", [])
-    ctx.missing = [DEEP] if len(groups) < len(expected) else []
+    absent = [sweep for sweep in expected if sweep not in dict(groups)]
+    saved = getattr(ctx, "missing", []), getattr(ctx, "missing_parts", {})
+    ctx.missing, ctx.missing_parts = ([DEEP], {DEEP: absent}) if absent else ([], {})
     try:
         claim = check(ctx, groups)
     finally:
-        ctx.missing = saved
+        ctx.missing, ctx.missing_parts = saved
     claim.key, claim.figures, claim.specs = key, [DEEP], [DEEP]
     if not groups:
         claim.number, claim.verdict = "no runs", "not run"
