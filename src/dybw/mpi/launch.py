@@ -31,6 +31,7 @@ from pathlib import Path
 from ..errors import Diverged, DybwError, interruption
 from ..results import Summary, atomic_write_json, timeline_from_checkpoint
 from .health import HOST, LogReader, mpi_dir, read_errors, read_heartbeats
+from .shm import remove_stale_segments
 
 POLL_SECONDS = 0.1
 EXIT_SECONDS = 30.0  # how long ranks whose jobs are all over may take to exit before they are killed
@@ -353,6 +354,7 @@ def launch_jobs(jobs: list[tuple]) -> Iterator[tuple[dict | BaseException, float
         )
         (job_dir / "summary.json").unlink(missing_ok=True)
     command = launch_command(first, *(job_dir for _, job_dir, _, _ in jobs))
+    remove_stale_segments()  # what worlds killed before left in /dev/shm (dybw.mpi.shm)
     ranks = resolve_ranks(first)
     process = subprocess.Popen(
         command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
