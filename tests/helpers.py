@@ -45,10 +45,10 @@ def run_config(overrides: list[str], job_dir: Path) -> dict:
     return run_job(cfg, graph, job_dir, plain, config_hash(plain))
 
 
-def run_cli(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``python run.py ARGS`` in a subprocess (results under ``cwd``)."""
+def run_cli(args: list[str], cwd: Path, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``python run.py ARGS`` in a subprocess (results under ``cwd``; ``env`` replaces the environment)."""
     return subprocess.run(
-        [sys.executable, str(REPO / "run.py"), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
+        [sys.executable, str(REPO / "run.py"), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
     )
 
 

@@ -7,6 +7,8 @@ imported (well under a second), so these stay cheap.  The good multirun at the e
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 
 import pytest
@@ -58,9 +60,20 @@ BAD_INPUT = {
         ["-m", "seed=0,1", "hydra/launcher=submitit_slurm", "hydra.launcher.nodes=2", "runner.ranks=3"],
         ["runner.ranks=3", "hydra.launcher.nodes=2"],
     ),
-    "slurm without slurm": (
-        ["-m", "seed=0,1", "hydra/launcher=submitit_slurm", "runner.ranks=2"],
-        ["hydra/launcher=submitit_slurm", "sbatch and srun", "submitit_local"],
+    "slurm time limit with no room for its signal": (
+        ["-m", "seed=0,1", "hydra/launcher=submitit_slurm", "runner.ranks=2", "hydra.launcher.timeout_min=1"],
+        ["hydra.launcher.timeout_min=1", "up to 60 s before", "2 minutes or more"],
+    ),
+    "slurm signal as the job starts": (
+        [
+            "-m",
+            "seed=0,1",
+            "hydra/launcher=submitit_slurm",
+            "runner.ranks=2",
+            "hydra.launcher.timeout_min=2",
+            "hydra.launcher.signal_delay_s=90",
+        ],
+        ["hydra.launcher.signal_delay_s=90", "with timeout_min=2 use less than 60"],
     ),
     "unknown launcher key": (["-m", "seed=0,1", "hydra/launcher=joblib", "hydra.launcher.jobs=2"], ["jobs", "n_jobs"]),
 }
@@ -79,6 +92,16 @@ def test_bad_input_is_one_line_and_nothing_starts(args, expected, tmp_path):
         assert text in lines[0], f"{text!r} not in {lines[0]!r}"
     assert not (tmp_path / "results").exists()
     assert elapsed < 20, f"validation took {elapsed:.1f} s"  # ~0.5 s: nothing heavy is imported
+
+
+def test_slurm_without_slurm_is_one_line_that_names_the_local_launcher(tmp_path):
+    # A PATH with this Python's directory alone: no sbatch, whether or not this machine has a Slurm.
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable)}
+    proc = run_cli(["-m", "seed=0,1", "hydra/launcher=submitit_slurm", "runner.ranks=2"], cwd=tmp_path, env=env)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert "hydra/launcher=submitit_slurm" in line and "sbatch and srun" in line and "submitit_local" in line
+    assert not (tmp_path / "results").exists()
 
 
 def test_expand_sweep_matches_the_basic_sweeper():

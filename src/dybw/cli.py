@@ -233,11 +233,14 @@ def prevalidate(argv: list[str], conf_dir: Path) -> list[str]:
 
 
 def outcome(job_name: str, summary: dict) -> str:
-    """The line a finished job logs."""
-    return (
+    """The line a finished job logs (an interrupted one's says why, and how to go on)."""
+    line = (
         f"{job_name}: {summary['status']}, test accuracy {summary['final_test_accuracy'] or float('nan'):.4f}, "
         f"mean iteration {summary['mean_iteration_duration'] or float('nan'):.4f} s"
     )
+    if summary["status"] == "interrupted":
+        line += f"; {summary.get('message') or 'interrupted'} after iteration {summary.get('iterations', 0)}"
+    return line
 
 
 def run_hydra_job(cfg) -> dict:
@@ -284,5 +287,8 @@ def report_returns(returns, output_seen: bool) -> None:
             FAILED_JOBS.append(value.get("job_dir", ""))
             if not output_seen:
                 print(f"error: {value['error']}", file=sys.stderr)
-        elif not output_seen:
+            continue
+        if value.get("status") != "completed":  # e.g. interrupted by the cluster's scheduler
+            FAILED_JOBS.append(value.get("job_dir", ""))
+        if not output_seen:
             log.info("%s", outcome(Path(value.get("job_dir", "")).name, value))

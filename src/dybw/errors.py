@@ -32,4 +32,6 @@ class Terminated(KeyboardInterrupt):
 
 def interruption(error: KeyboardInterrupt) -> str:
     """The summary's message for a run stopped by ``error`` (Ctrl-C or SIGTERM)."""
-    return "interrupted by SIGTERM" if isinstance(error, Terminated) else "interrupted by the user (SIGINT)"
+    if isinstance(error, Terminated):
+        return str(error) or "interrupted by SIGTERM"  # a subclass may say who sent it (dybw.slurm)
+    return "interrupted by the user (SIGINT)"

@@ -168,8 +168,6 @@ def finalize(run: JobRun, error: BaseException | None = None) -> dict:
     """Record how the job ended (from ``error``, None if it completed): timeline, summary, tracker."""
     if error is None:
         run.status, run.message = "completed", ""
-        if run.writes:
-            (run.job_dir / CHECKPOINT).unlink(missing_ok=True)  # a completed run needs no checkpoint
     elif isinstance(error, Diverged):
         run.status, run.message = "diverged", str(error)
     elif isinstance(error, KeyboardInterrupt):
@@ -187,6 +185,9 @@ def finalize(run: JobRun, error: BaseException | None = None) -> dict:
         run.cfg, run.status, run.message, run.writer.metrics_rows, timeline, wall, run.digest, cost
     ).to_dict()
     run.writer.write_summary(summary)
+    if run.writes and run.status == "completed":
+        # Only now: a job stopped before its summary was written can still resume from the checkpoint.
+        (run.job_dir / CHECKPOINT).unlink(missing_ok=True)
     if run.tracker is not None:
         run.tracker.finish(summary)
     return summary

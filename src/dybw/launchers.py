@@ -48,11 +48,28 @@ def target_override(launcher: dict) -> list[str]:
     return [f"hydra.launcher._target_={ours}"] if ours else []
 
 
+# Slurm checks its jobs' time limits once a minute and signals a job up to this much before it asked.
+SLURM_SIGNAL_RESOLUTION_S = 60
+
+
 def check_launcher(launcher: dict) -> None:
     """What the chosen launcher needs of this machine (one line before anything starts)."""
     import shutil
 
     target = OURS.get(str(launcher.get("_target_", "")), launcher.get("_target_"))
+    if target == SLURM:
+        limit, delay = int(launcher.get("timeout_min") or 0) * 60, int(launcher.get("signal_delay_s") or 0)
+        # Else the time-limit signal may come as the job starts, before its tasks can act on it (it kills
+        # them): Slurm sends it up to a minute before timeout_min*60 - signal_delay_s.
+        room = f"Slurm may signal a job up to {SLURM_SIGNAL_RESOLUTION_S} s before timeout_min*60 - signal_delay_s"
+        if limit <= SLURM_SIGNAL_RESOLUTION_S:
+            raise ConfigError("hydra.launcher.timeout_min", limit // 60, f"{room}: use 2 minutes or more")
+        if limit - delay <= SLURM_SIGNAL_RESOLUTION_S:
+            raise ConfigError(
+                "hydra.launcher.signal_delay_s",
+                delay,
+                f"{room}: with timeout_min={limit // 60} use less than {limit - SLURM_SIGNAL_RESOLUTION_S}",
+            )
     if target == SLURM and not (shutil.which("sbatch") and shutil.which("srun")):
         raise DybwError(
             "hydra/launcher=submitit_slurm needs Slurm's sbatch and srun on PATH (run.py on the cluster's "

@@ -11,10 +11,14 @@ from pathlib import Path
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
 
-from dybw.cli import report_returns
+from dybw.cli import register_resolvers, report_returns
 from dybw.launchers import compose_jobs, job_shape, share_cores
+from dybw.slurm import JobFiles, Task, job_end, wait_for_jobs
 
 log = logging.getLogger("dybw.launchers")
+# Hydra overrides of the tasks other than rank 0: no .hydra/ or run.log of their own; warnings and errors
+# go to the task's own log in .submitit/.
+QUIET_RANK = ["hydra.output_subdir=null", "hydra/job_logging=stdout", "hydra.job_logging.root.level=WARNING"]
 
 
 class _DybwSubmitit(BaseSubmititLauncher):
@@ -24,6 +28,10 @@ class _DybwSubmitit(BaseSubmititLauncher):
     def resources(self, job) -> dict:
         """The executor's parameters that depend on the job (a composed job config)."""
         raise NotImplementedError
+
+    def executor_params(self) -> dict:
+        """Executor parameters dybw sets whatever the user's (none by default)."""
+        return {}
 
     def submitting(self, jobs):
         """A context around the submissions (the local executor's jobs share the cores)."""
@@ -49,10 +57,14 @@ class _DybwSubmitit(BaseSubmititLauncher):
             for key, value in self.params.items()
             if key not in ("submitit_folder", "max_num_timeout")
         }
+        params.update(self.executor_params())
         with self.submitting(jobs):
             submitted = self._submit(groups, job_overrides, initial_job_idx, params)
-        returns = [submitted[index].results()[0] for index in range(len(jobs))]
-        report_returns(returns, output_seen=False)  # the jobs' output is in their .submitit/ logs
+        # Every job is waited for and reported as it ends, whatever ended it (dybw.slurm).
+        returns = [None] * len(jobs)
+        for index in wait_for_jobs([submitted[index] for index in range(len(jobs))]):
+            returns[index] = job_end(submitted[index], JobFiles.of(jobs[index]))
+            report_returns([returns[index]], output_seen=False)  # the jobs' output is in their .submitit/ logs
         return returns
 
     def _submit(self, groups, job_overrides, initial_job_idx, params) -> dict:
@@ -86,17 +98,32 @@ class _DybwSubmitit(BaseSubmititLauncher):
         from dybw.mpi import WORLD_SIZE_VARIABLE
 
         os.chdir(self.submitted_from)
-        tasks = submitit.JobEnvironment().num_tasks
-        if tasks > 1:
-            os.environ[WORLD_SIZE_VARIABLE] = str(tasks)
-        return super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
+        environment = submitit.JobEnvironment()
+        if environment.num_tasks > 1:
+            os.environ[WORLD_SIZE_VARIABLE] = str(environment.num_tasks)
+        if int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0:
+            # Requeued by Slurm itself (a node failure, a preemption, scontrol requeue): continue from the
+            # last checkpoint, which gives the numbers of an uninterrupted run, instead of starting over.
+            sweep_overrides = _resuming(sweep_overrides)
+        if environment.global_rank > 0:
+            # One job, one voice: rank 0 keeps the job's .hydra/ and run.log; the others log their own
+            # warnings and errors to their task's log in .submitit/ only.
+            sweep_overrides = [*sweep_overrides, *QUIET_RANK]
+        register_resolvers()
+        files = JobFiles.of(self.hydra_context.config_loader.load_sweep_config(self.config, list(sweep_overrides)))
+        with Task(files, environment.global_rank, environment.num_tasks):
+            return super().__call__(sweep_overrides, job_dir_key, job_num, job_id, singleton_state)
 
     def checkpoint(self, sweep_overrides, *args, **kwargs):
         """Requeued after its time ran out (``hydra.launcher.max_num_timeout`` > 0): continue from the
         job's last checkpoint, saved at every evaluation."""
         import submitit
 
-        return submitit.helpers.DelayedSubmission(self, [*sweep_overrides, "resume=true"], *args, **kwargs)
+        return submitit.helpers.DelayedSubmission(self, _resuming(sweep_overrides), *args, **kwargs)
+
+
+def _resuming(overrides: list[str]) -> list[str]:
+    return [*(o for o in overrides if not o.startswith("resume=")), "resume=true"]
 
 
 def _shown(resources) -> str:
@@ -115,6 +142,11 @@ class SlurmLauncher(_DybwSubmitit):
         cpus = self.params.get("cpus_per_task") or shape.threads
         return {"nodes": nodes, "tasks_per_node": shape.processes // nodes, "cpus_per_task": int(cpus)}
 
+    def executor_params(self) -> dict:
+        # A task that dies ends the step (and the job): its peers would otherwise wait for its messages
+        # until the time limit.
+        return {"slurm_srun_args": ["--kill-on-bad-exit=1"]}
+
 
 class LocalLauncher(_DybwSubmitit):
     """Each job a local process, all started at once and sharing the cores; a job on ``runner=mpi``
@@ -124,6 +156,10 @@ class LocalLauncher(_DybwSubmitit):
 
     def resources(self, job) -> dict:
         return {"tasks_per_node": 1}
+
+    def executor_params(self) -> dict:
+        """Executor parameters dybw sets whatever the user's (none by default)."""
+        return {}
 
     def submitting(self, jobs):
         # The local executor starts every job at once.
