@@ -41,7 +41,7 @@ format: $(INSTALLED)  ## ruff: fix what can be fixed, then format
 	$(PYTHON) -m ruff format .
 
 test-fast: $(INSTALLED) data  ## the tests that need no real dataset run
-	$(PYTHON) -m pytest -q -m "not slow and not cluster"
+	$(PYTHON) -m pytest -q -m "not slow and not cluster and not hosts"
 
 run: $(INSTALLED) data  ## the README's main job: cb-DyBW and cb-Full on MNIST
 	$(PYTHON) run.py -m algo=cb_dybw,cb_full dataset=mnist

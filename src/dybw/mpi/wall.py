@@ -35,6 +35,7 @@ used, its number of polls, the machine's load average and its start lag (extra c
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import time
 
@@ -155,8 +156,21 @@ class WallClockEngine(SharedEvaluation, IterationEngine):
         _idle_barrier(comm, 0.01)  # ranks finish starting up at different times
         from mpi4py import MPI
 
-        self._one_host = len(set(comm.allgather(MPI.Get_processor_name()))) == 1
+        hosts = sorted(set(comm.allgather(MPI.Get_processor_name())))
+        self._one_host = len(hosts) == 1
         self.bell = _doorbell(comm, self._one_host and cfg.runner.wake == "bell")
+        if self.me == 0:
+            # Which of the two paths runs: what a multi-host test checks (docs/cluster.md).
+            logging.getLogger("dybw").info(
+                "wall clock: %d ranks on %d host%s (%s); waking by %s; the instant agreement by %s; %s",
+                comm.size,
+                len(hosts),
+                "" if self._one_host else "s",
+                ", ".join(hosts),
+                "doorbells" if self.bell is not None else f"polling every {self.poll:g} s",
+                "a shared-memory file" if self.bell is not None else "MPI's barrier",
+                "one clock" if self._one_host else "each host's clock from the moment a barrier completes",
+            )
         self.outbox = Outbox(self.bell)
         self.inbox = Inbox()
         self.data = Channel(comm, self.neighbors, lambda: np.empty(self.num_params + 1, np.float32))
