@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -106,3 +107,32 @@ def test_the_wall_clock_runs_each_agreement_on_the_cross_host_path(hosts, tmp_pa
     assert f"4 ranks on {HOSTS} hosts (h1, h2, h3)" in line, line
     assert "waking by polling" in line and "by MPI's barrier" in line and "each host's clock" in line, line
     assert all(count > 12 * 4 * parameters() for count in sent.values()), sent
+
+
+def test_measured_network_delays_replayed_on_the_virtual_clock_give_the_runs_iterations(hosts, tmp_path):
+    """cb-DyBW's wall clock on shaped links (h3's five times slower), nothing slept: its link delays are
+    the network's.  Replayed with the agreement's measured lags, the virtual clock gives the run's mean
+    iteration within 10 % and its used sets; the link delays are what the bandwidths allow."""
+    from dybw.replay import Measured, replay
+
+    rates = {"h1": "20mbit", "h2": "20mbit", "h3": "4mbit"}
+    job = ["algo=cb_dybw", "dataset=mnist", "model=mlp", "num_workers=4", "topology=ring", "straggler=network"]
+    run = ["iterations=60", "eval_every=30", "logger=none", "progress=false", "runner=mpi", "runner.clock=wall"]
+    try:
+        for host, rate in rates.items():
+            _script("shape", host, rate)
+        summary = run_config([*job, *run, hosts], tmp_path / "wall")
+    finally:
+        for host in rates:
+            _script("shape", host, "none", check=False)
+    assert summary["status"] == "completed"
+
+    results = replay(tmp_path / "wall")
+    agreed = results["agreed"]
+    assert abs(agreed["ratio"] - 1) <= 0.10 and agreed["same_used_set"] >= 0.90, agreed
+    # Worker 2 is alone on h3 (ranks go round-robin over h1, h2, h3): each of its messages, P float32 of the
+    # model, goes through 4 Mbit/s, one after the other.
+    measured = Measured(tmp_path / "wall")
+    params = 50 * 128 + 128 + 128 * 10 + 10  # the MLP 50-128-10 on MNIST's 50 PCA features
+    out_of_h3 = measured.link()[:, measured.pairs[:, 0] == 2]
+    assert np.median(out_of_h3) >= 0.8 * 4 * params * 8 / 4e6, np.median(out_of_h3)
