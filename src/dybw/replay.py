@@ -155,7 +155,8 @@ def replay_config(config: dict, compute_csv: Path, link_csv: Path, iterations: i
 
 def replay(wall_dir: Path, out_dir: Path | None = None) -> dict:
     """Both replays of ``wall_dir`` (module docstring) into ``out_dir`` (default ``<wall_dir>/replay``);
-    returns ``{"network": comparison, "agreed": comparison}``."""
+    returns ``{"network": comparison, "agreed": comparison}``, the latter with ``agreement_lags``: per
+    agreement phase, the mean and median measured ``A_j(k)``."""
     from .compare_clocks import compare
     from .config import load, validate
     from .engine import Timeline, delays_and_clock
@@ -176,6 +177,8 @@ def replay(wall_dir: Path, out_dir: Path | None = None) -> dict:
             raise ValueError(f"{wall_dir}: links.parquet lists the links in another order than the graph")
         if name == "agreed":
             lags = measured.lags(clock)
+            agreement_lags = {phase: {"mean": float(lag.mean()), "median": float(np.median(lag))}
+                              for phase, lag in lags.items()}  # fmt: skip
             clock.agreement = MeasuredAgreement(cfg.num_workers)
             clock.control = lambda first, count, phase, pairs, lags=lags: lags[phase][first : first + count]
         timeline = Timeline(cfg.iterations, cfg.num_workers, graph.degrees, links=clock.links)
@@ -183,6 +186,7 @@ def replay(wall_dir: Path, out_dir: Path | None = None) -> dict:
         timeline.record(clock.advance(*k), cfg.iterations)
         timeline.write(ResultsWriter(out_dir / name))
         results[name] = compare(wall_dir, out_dir / name)
+    results["agreed"]["agreement_lags"] = agreement_lags
     return results
 
 
@@ -201,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for name, title in (("network", "measured delays, agreement as modelled"), ("agreed", "and measured agreement")):
         print(f"== replayed: {title}\n{report(results[name])}")
+    for phase, lag in results["agreed"]["agreement_lags"].items():
+        # how long after the global maximum a worker learned it: what agreeing cost in the run
+        print(f"agreement lag    {phase}: mean {1000 * lag['mean']:.1f} ms, median {1000 * lag['median']:.1f} ms")
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=1))
     return 0
