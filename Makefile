@@ -9,7 +9,7 @@ PYTHON ?= $(VENV)/bin/python
 INSTALLED := .make/installed$(subst /,_,$(abspath $(PYTHON)))
 OWN_VENV := $(filter $(VENV)/bin/python,$(PYTHON))
 
-.PHONY: help install data test test-fast lint format run smoke bench bench-mpi bench-drift report figures figures-quick clean
+.PHONY: help install data test test-fast lint format run smoke bench bench-mpi bench-drift report figures figures-quick real-network clean
 
 help:  ## show this help
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-14s %s\n", $$1, $$2}'
@@ -67,6 +67,18 @@ figures: $(INSTALLED) data  ## run what experiments/*.yaml need (finished jobs r
 
 figures-quick: $(INSTALLED)  ## the same pipeline at tiny sizes (synthetic data), into results/quick_figures/
 	$(PYTHON) -m dybw.figures --quick $(if $(ONLY),--only $(ONLY)) $(if $(JOBS),--jobs $(JOBS))
+
+# The links of make real-network: host=rate each (tc tbf rates); h3 is the slow host.
+LINKS ?= h1=20mbit h2=20mbit h3=4mbit
+HOSTS := tests/cluster/hosts.sh
+
+real-network: $(INSTALLED) data  ## C2 on shaped TCP links (root): 3 emulated hosts, LINKS shaped, experiments/real_network.yaml (6 min)
+	@ip netns list 2>/dev/null | grep -q '^dybw-h' || $(HOSTS) up 3
+	@for link in $(LINKS); do $(HOSTS) shape $${link%%=*} $${link#*=}; done
+	@mkdir -p results/$(if $(QUICK),quick_)real_network
+	$(HOSTS) status | sed 's/: out.*limit/: limit/' >results/$(if $(QUICK),quick_)real_network/links.txt
+	$(PYTHON) -m dybw.figures $(if $(QUICK),--quick) --only real_network; \
+	status=$$?; for link in $(LINKS); do $(HOSTS) shape $${link%%=*} none; done; exit $$status
 
 clean:  ## remove run outputs (not .venv/ or ./data)
 	rm -rf results/ multirun/ outputs/ .make/

@@ -5,7 +5,9 @@ cross-host path (polling, MPI's barrier, each host's own clock), and the traffic
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -136,3 +138,43 @@ def test_measured_network_delays_replayed_on_the_virtual_clock_give_the_runs_ite
     params = 50 * 128 + 128 + 128 * 10 + 10  # the MLP 50-128-10 on MNIST's 50 PCA features
     out_of_h3 = measured.link()[:, measured.pairs[:, 0] == 2]
     assert np.median(out_of_h3) >= 0.8 * 4 * params * 8 / 4e6, np.median(out_of_h3)
+
+
+def test_the_real_network_figure_and_its_section_of_the_reproduction_report(hosts, tmp_path):
+    """`make real-network QUICK=1` into a temporary results root: shaped links recorded beside the runs, the
+    four wall-clock runs on the emulated hosts, the figure naming where each worker ran and how each link
+    was shaped, and REPRODUCTION.md's section with each lock-step run replayed."""
+    results, out = tmp_path / "results", tmp_path / "out"
+    rates = {"h1": "20mbit", "h2": "20mbit", "h3": "4mbit"}  # the Makefile's LINKS
+    links = results / "quick_real_network" / "links.txt"
+    links.parent.mkdir(parents=True)
+    try:
+        for host, rate in rates.items():
+            _script("shape", host, rate)
+        links.write_text("".join(f"{line.split(': out')[0]}: limit{line.split('limit')[1]}\n" for line in
+                                 _script("status").stdout.splitlines()))  # fmt: skip
+        drawn = _figures("--quick", "--only", "real_network", "--results", str(results), "--out", str(out))
+    finally:
+        for host in rates:
+            _script("shape", host, "none", check=False)
+    assert drawn.returncode == 0, drawn.stdout[-3000:] + drawn.stderr[-3000:]
+    assert "[real_network] 4 jobs: 0 already completed, 4 to run" in drawn.stdout, drawn.stdout
+    caption = json.loads((out / "figures.json").read_text())["real_network"]["caption"]
+    assert "h3: limit rate 4Mbit" in caption and "worker 2 on h3" in caption, caption
+    assert re.search(r"lock-step, measured -?\d+\.\d %", caption), caption
+
+    table = _figures("--quick", "--only", "reproduction", "--no-run", "--results", str(results), "--out", str(out))
+    assert table.returncode == 0, table.stdout[-3000:] + table.stderr[-3000:]
+    report = (out / "REPRODUCTION.md").read_text()
+    section = report.split("## C2 on shaped TCP links (emulated hosts)")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| lock-step") or line.startswith("| no barrier")]
+    assert len(rows) == 4, section
+    for row in rows:
+        replayed = row.split("|")[5].strip()
+        # lock-step runs are replayed (a mean in ms), runs without a barrier are not
+        assert replayed.endswith(" ms") if row.startswith("| lock-step") else replayed == "-", row
+
+
+def _figures(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dybw.figures", *args], cwd=Path(__file__).resolve().parents[2],
+                          capture_output=True, text=True, timeout=900)  # fmt: skip

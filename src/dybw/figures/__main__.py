@@ -100,9 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         failed = sum(c["failed"] for c in counts.values())
     run_seconds = time.perf_counter() - started
 
-    from . import costs, plots, report, style
+    from . import costs, network, plots, report, style
 
-    figures = {**plots.FIGURES, **costs.FIGURES}
+    figures = {**plots.FIGURES, **costs.FIGURES, **network.FIGURES}
     style.setup()
     drawn, failed_figures = [], []
     command = "make figures-quick" if args.quick else "make figures"

@@ -794,7 +794,14 @@ def section_wall_clock(ctx: Context) -> list[str]:
     return wall_clock_section(ctx)
 
 
-SECTIONS = [section_floor, section_min_neighbors, section_baselines, section_wall_clock]
+def section_real_network(ctx: Context) -> list[str]:
+    """C2 on shaped TCP links: wall-clock runs on emulated hosts, replayed (figures/network.py)."""
+    from .network import real_network_section
+
+    return real_network_section(ctx)
+
+
+SECTIONS = [section_floor, section_min_neighbors, section_baselines, section_wall_clock, section_real_network]
 
 
 # --- the file --------------------------------------------------------------------------------------------
