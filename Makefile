@@ -40,8 +40,8 @@ format: $(INSTALLED)  ## ruff: fix what can be fixed, then format
 	$(PYTHON) -m ruff check --fix .
 	$(PYTHON) -m ruff format .
 
-test-fast: $(INSTALLED) data  ## the tests that need no real dataset run
-	$(PYTHON) -m pytest -q -m "not slow and not cluster and not hosts"
+test-fast: $(INSTALLED) data  ## the unit tier: no TensorFlow, MPI or subprocess (make test runs every tier)
+	$(PYTHON) -m pytest -q -m unit
 
 run: $(INSTALLED) data  ## the README's main job: cb-DyBW and cb-Full on MNIST
 	$(PYTHON) run.py -m algo=cb_dybw,cb_full dataset=mnist

@@ -15,13 +15,29 @@ DATA = REPO / "data" if (REPO / "data").exists() else REPO.parent / "shared" / "
 os.environ.setdefault("DYBW_DATA_DIR", str(DATA))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-# Size TF's thread pools as a job does (runner.threads=1) before any test runs a TF operation: the local
-# jobs tests run in this process must compute the same bits as the MPI ranks they are compared with.
-from dybw.tf_setup import use_threads  # noqa: E402
 
-use_threads(1)
+@pytest.hookimpl(tryfirst=True)  # before the fixtures of the test are set up: they may run TF too
+def pytest_runtest_setup(item):
+    """Size TF's thread pools as a job does (runner.threads=1) before a test that may run a TF operation:
+    the local jobs tests run in this process must compute the same bits as the MPI ranks they are compared
+    with.  ``unit`` tests never import TensorFlow (4-8 s), so a session of them alone does not either."""
+    if item.get_closest_marker("unit") is None:
+        from dybw.tf_setup import use_threads
+
+        use_threads(1)
 
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     return Path(os.environ["DYBW_DATA_DIR"])
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A session of ``unit`` tests alone (``make test-fast``) must not have imported TensorFlow: a unit test
+    that starts doing so fails the session here, naming the rule, instead of slowing the tier silently."""
+    import sys
+
+    items = getattr(session, "items", [])
+    if items and all(item.get_closest_marker("unit") for item in items) and "tensorflow" in sys.modules:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print("\nerror: a session of unit tests imported tensorflow; a test that needs it is not `unit`")

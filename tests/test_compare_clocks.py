@@ -8,6 +8,8 @@ import pytest
 
 from dybw.compare_clocks import compare, main
 
+pytestmark = pytest.mark.unit  # no TensorFlow, MPI or subprocess: make test-fast
+
 WORKERS, ITERATIONS = 2, 20
 
 

@@ -40,6 +40,8 @@ from dybw.data.sources import DATASETS, ensure_files, load_raw
 from dybw.data.synthetic import make_synthetic
 from dybw.errors import ConfigError, DataError
 
+pytestmark = pytest.mark.unit  # no TensorFlow, MPI or subprocess: make test-fast
+
 DATA_DIR = Path(os.environ.get("DYBW_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data")
 MNIST_FILES = list(DATASETS["mnist"].files)
 CIFAR_FILES = list(DATASETS["cifar10"].files)

@@ -6,8 +6,12 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from dybw.mpi.health import Heartbeat, read_heartbeats
 from dybw.mpi.launch import _silent_rank
+
+pytestmark = pytest.mark.unit  # no TensorFlow, MPI or subprocess: make test-fast
 
 TIMEOUT, STARTUP = 120.0, 600.0
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import tomllib
 import yaml
 
 from helpers import REPO
+
+pytestmark = pytest.mark.unit  # no TensorFlow, MPI or subprocess: make test-fast
 
 
 def _name(requirement: str) -> str:

@@ -13,6 +13,8 @@ import tqdm.std
 
 from dybw.job import _Progress
 
+pytestmark = pytest.mark.unit  # no TensorFlow, MPI or subprocess: make test-fast
+
 TOTAL = 500
 WARM_UP_S = 60.0  # the first iteration: the evaluation at k=0 and compiling the step
 ITERATION_S = 0.1  # every later iteration

@@ -10,6 +10,8 @@ from dybw.mixing import gathered_weights, mixing_matrices, mixing_sources
 from dybw.topology import Graph, build_graph
 from helpers import topology
 
+pytestmark = pytest.mark.unit  # no TensorFlow, MPI or subprocess: make test-fast
+
 INF = np.inf
 
 

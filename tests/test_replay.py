@@ -16,6 +16,8 @@ from dybw.replay import CENSORED_S, Measured, main, replay
 from dybw.results import ResultsWriter
 from helpers import TINY, compose
 
+pytestmark = pytest.mark.unit  # no TensorFlow, MPI or subprocess: make test-fast
+
 CONFIG = [*TINY, "algo=cb_dybw", "straggler=paper", "num_workers=6", "topology=erdos_renyi", "iterations=40"]
 
 

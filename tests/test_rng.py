@@ -7,6 +7,8 @@ import pytest
 
 from dybw.rng import UniformStream, stream, stream_key
 
+pytestmark = pytest.mark.unit  # no TensorFlow, MPI or subprocess: make test-fast
+
 
 @pytest.mark.parametrize("width", [1, 3, 5])
 @pytest.mark.parametrize("position", [0, 1, 3, 4, 7, 1000, 123457])

@@ -7,8 +7,12 @@ import mmap
 import os
 import time
 
+import pytest
+
 from dybw.mpi.shm import remove_stale_segments, stale_segments
 from dybw.slurm import task_error
+
+pytestmark = pytest.mark.unit  # no TensorFlow, MPI or subprocess: make test-fast
 
 # What srun and slurmstepd wrote into the batch log of real jobs on the test cluster.
 KILLED_RANK = """\

@@ -55,6 +55,8 @@ from dybw.algorithms.cb_adaptive import choose_waits
 from dybw.clock import VirtualClock
 from dybw.errors import ConfigError
 
+pytestmark = pytest.mark.unit  # no TensorFlow, MPI or subprocess: make test-fast
+
 # Each scenario runs ~7.8 valid policy variants (plus the rejected b / m): >= 1000 cases per (sync, update)
 # mode, ~4400 in the four tests together, in ~4 s of CPU.
 SCENARIOS_PER_MODE = 140

@@ -16,6 +16,8 @@ from dybw.schema import convert
 from dybw.topology import TOPOLOGIES, Graph, build_graph, torus_shape
 from helpers import CONF
 
+pytestmark = pytest.mark.unit  # no TensorFlow, MPI or subprocess: make test-fast
+
 SIZES = (2, 3, 4, 7, 16, 64)
 TOPOLOGY_FIELD = typing.get_type_hints(RunConfig, include_extras=True)["topology"]
 

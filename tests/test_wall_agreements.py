@@ -19,6 +19,8 @@ from dybw.mpi.mailbox import Doorbell, Inbox
 from dybw.topology import build_graph
 from helpers import topology
 
+pytestmark = pytest.mark.unit  # no TensorFlow, MPI or subprocess: make test-fast
+
 
 def simulate(name: str, n: int, links: np.ndarray, entries: np.ndarray, delays: dict) -> np.ndarray:
     """``L [K, N]``: when each rank learns each iteration's agreement (phase ``end``), each rank entering

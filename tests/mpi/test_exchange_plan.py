@@ -10,6 +10,8 @@ from dybw.mpi.exchange import ExchangePlan, worker_groups
 from dybw.topology import build_graph
 from helpers import topology
 
+pytestmark = pytest.mark.unit  # no TensorFlow, MPI or subprocess: make test-fast
+
 
 def random_graph(rng, n):
     return build_graph(topology("erdos_renyi", p=float(rng.uniform(0.15, 0.8)), seed=int(rng.integers(1 << 30))), n)

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from dybw.mpi.launch import _Forwarder
+
+pytestmark = pytest.mark.unit  # no TensorFlow, MPI or subprocess: make test-fast
 
 
 def test_restated_lines_are_dropped_whatever_the_chunking_and_progress_passes_at_once():
