@@ -7,6 +7,10 @@ from pathlib import Path
 
 import pytest
 
+# dybw first, before any test module imports numpy: importing it pins the CPU kernels numpy chooses
+# (numerics.py), without which the tests' in-process runs differ in the last bits from the MPI ranks'.
+import dybw  # noqa: F401
+
 REPO = Path(__file__).resolve().parents[1]
 # The data directory dybw itself would use from the checkout (``make data`` links ./data to an offline
 # copy), else the offline copy beside the checkout; subprocesses inherit it.
