@@ -27,14 +27,13 @@ from .plots import Context, Drawn, _no_data, _no_runs, _source
 SPEC = "real_network"
 # Written by `make real-network` beside the runs: the links' rates as tc had them (tests/cluster/hosts.sh).
 LINKS_FILE = "links.txt"
-REPLAYS = ("network", "agreed")
 
 
 def runs(ctx: Context) -> list[dict]:
-    """One dict per completed wall run of the spec: its job, label, ``sync``, seed, measured mean iteration
-    and backups, each rank's host, the measured link delays and, for lock-step runs, both replays'
+    """One dict per completed wall run of the spec: its job, label, ``sync``, seed, measured mean iteration,
+    each rank's host, the measured link delays and, for lock-step runs, both replays'
     comparisons with the run (:func:`dybw.compare_clocks.compare`)."""
-    from ..replay import Measured, replay
+    from ..replay import CENSORED_S, Measured, replay
 
     found = []
     for job in ctx.completed_jobs(ctx.select(spec=SPEC, role="wall")):
@@ -47,10 +46,9 @@ def runs(ctx: Context) -> list[dict]:
             "sync": job.plain["protocol"]["sync"],
             "seed": job.plain["seed"],
             "mean": summary["mean_iteration_duration"],
-            "backups": summary["mean_backups"],
             "hosts": rank_hosts(job_dir),
             "pairs": measured.pairs,
-            "link": np.where(measured.link() >= 1e5, np.nan, measured.link()),  # never arrived: no delay
+            "link": np.where(measured.link() >= CENSORED_S, np.nan, measured.link()),  # never arrived: no delay
         }
         if run["sync"] == "lockstep":
             try:
@@ -136,12 +134,12 @@ def real_network(ctx: Context) -> Drawn:
 
     # (a) mean iteration: measured, and (lock-step) both replays
     ax = axes[0, 0]
-    bars = (("measured", None, 1.0, lambda r: r["mean"]),
-            ("replayed, free agreement", "//", 0.45, lambda r: _replayed(r, "network")),
-            ("replayed, measured agreement", "..", 0.7, lambda r: _replayed(r, "agreed")))  # fmt: skip
+    bars = ((None, 1.0, lambda r: r["mean"]),  # measured
+            ("//", 0.45, lambda r: _replayed(r, "network")),  # replayed, free agreement
+            ("..", 0.7, lambda r: _replayed(r, "agreed")))  # replayed, measured agreement  # fmt: skip
     for i, key in enumerate(groups):
         offsets = (-0.27, 0, 0.27) if key[0] == "lock-step" else (0,)  # no barrier: nothing to replay
-        for offset, (_, hatch, alpha, value) in zip(offsets, bars):
+        for offset, (hatch, alpha, value) in zip(offsets, bars):
             mean, std, count = _stats(found, key, value)
             if count:
                 ax.bar(i + offset, 1000 * mean, 0.26, yerr=1000 * std if count > 1 else None, color=colors[key[1]],
@@ -185,7 +183,7 @@ def real_network(ctx: Context) -> Drawn:
     ax.set_ylabel("median link delay (ms)")
     ax.set_title("each link's measured delay")
 
-    # (d) used sets of the lock-step runs as the replays have them, and the backups measured
+    # (d) used sets of the lock-step runs as each replay has them
     ax = axes[1, 1]
     steps = [key for key in groups if key[0] == "lock-step"]
     for i, key in enumerate(steps):
