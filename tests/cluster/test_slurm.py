@@ -192,10 +192,11 @@ def test_a_cancelled_job_is_reported_interrupted_with_what_it_measured_and_resum
 
 
 def test_a_job_at_its_time_limit_is_requeued_and_finishes_with_the_bits_of_an_uninterrupted_run(slurm, tmp_path):
-    # Slurm signals SIGUSR2 between 20 and 80 s after the start (a minute's resolution); the job needs
-    # about 100 s on 2 ranks, so at least one attempt is cut and requeued.
-    size = ["iterations=50000", "eval_every=2500"]
-    limits = ["hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=40", "hydra.launcher.max_num_timeout=3"]
+    # Slurm signals SIGUSR2 between 20 and 80 s after the start (a minute's resolution).  The job needs
+    # 2-3 minutes on 2 ranks (50 000 iterations once took 52 s, done before any signal), so at least one
+    # attempt is cut, and enough requeues are allowed for attempts cut after only 20 s.
+    size = ["iterations=160000", "eval_every=8000"]
+    limits = ["hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=40", "hydra.launcher.max_num_timeout=10"]
     process = start(["-m", "algo=cb_dybw", *JOB, *size, *MPI, *SLURM, *limits], tmp_path)
     reference = tmp_path / "uninterrupted"
     run_config(["algo=cb_dybw", *JOB, *size, "runner=local"], reference)  # meanwhile
@@ -212,8 +213,9 @@ def test_a_job_at_its_time_limit_is_requeued_and_finishes_with_the_bits_of_an_un
 
 def test_a_time_limit_shorter_than_the_job_interrupts_it_with_what_it_measured(slurm, tmp_path):
     # No requeue: the SIGUSR2 before the limit is logged and ignored; at the limit (120 to 180 s after the
-    # start) Slurm's SIGTERM interrupts the job.  One rank: the job needs about 300 s.
-    size = ["iterations=300000", "eval_every=10000"]
+    # start) Slurm's SIGTERM interrupts the job.  One rank: the job would need many minutes, past the
+    # limit however fast the machine.
+    size = ["iterations=1000000", "eval_every=20000"]
     limits = ["hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=40"]
     code, output = finish(start(["-m", "algo=cb_dybw", *JOB, *size, "runner=local", *SLURM, *limits], tmp_path), 600)
 
