@@ -70,6 +70,60 @@ def test_the_plugin_policy_waits_for_its_two_fastest_neighbours(plugin_runs):
     assert (timeline["used"] < 5).mean() > 0.5
 
 
+def _install(site: Path, package: str, module_source: str) -> None:
+    """``package`` as pip leaves it in site-packages: its module and a dist-info whose entry_points.txt
+    declares the module in dybw's entry-point group (these files are what importlib.metadata reads)."""
+    info = site / f"{package}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (site / f"{package}.py").write_text(module_source)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[dybw.plugins]\n{package} = {package}\n")
+
+
+def _run_with_site(site: Path, overrides: list[str], run_dir: Path) -> subprocess.CompletedProcess:
+    # The site directory stands in for site-packages (added to the path, not named to dybw anywhere).
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
+    return subprocess.run(
+        [sys.executable, str(REPO / "run.py"), *overrides, f"hydra.run.dir={run_dir}"],
+        cwd=run_dir.parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+
+
+def test_an_installed_plugin_is_found_by_its_entry_point_on_every_runner(tmp_path):
+    site = tmp_path / "site"
+    source = (TESTS / "toy_plugin.py").read_text().replace('name = "wait_two"', 'name = "wait_two_installed"')
+    _install(site, "dybw_toy_installed", source)
+    # No plugins= key and no module name anywhere on the command line: only the entry point names it.
+    common = [*TINY, "algo=wait_two_installed", "num_workers=6", "topology=complete", "iterations=8", "eval_every=4"]
+    for name, extra in {"local": [], "mpi": ["runner=mpi", "runner.ranks=2"]}.items():
+        done = _run_with_site(site, [*common, *extra], tmp_path / name)
+        assert done.returncode == 0, (name, done.stderr[-2000:])
+        summary = pd.read_json(tmp_path / name / "summary.json", typ="series")
+        assert summary["status"] == "completed" and summary["algo"] == "wait_two_installed", name
+    local, mpi = (pd.read_csv(tmp_path / n / "metrics.csv").drop(columns="wall_seconds") for n in ("local", "mpi"))
+    pd.testing.assert_frame_equal(local, mpi, check_exact=True)
+
+
+def test_an_unknown_name_and_a_broken_installed_plugin_are_one_line_each(tmp_path):
+    site = tmp_path / "site"
+    _install(site, "dybw_broken_plugin", "raise ImportError('needs a package that is not installed')\n")
+    done = _run_with_site(site, ["algo=cb_dybw"], tmp_path / "broken")
+    assert done.returncode != 0
+    (line,) = [line for line in done.stderr.splitlines() if line.strip()]
+    assert line.startswith("error: entry point dybw.plugins:dybw_broken_plugin=") and "dybw_broken_plugin" in line
+    assert "needs a package that is not installed" in line
+
+    (tmp_path / "empty").mkdir()
+    done = _run_with_site(tmp_path / "empty", ["algo=wait_three"], tmp_path / "unknown")
+    (line,) = [line for line in done.stderr.splitlines() if line.strip()]
+    assert line.startswith("error: algo='wait_three' is invalid: choose one of: ") and "cb_dybw" in line
+    assert "'dybw.plugins' entry point" in line and "plugins=[<module>]" in line
+
+
 # --------------------------------------------------------------------------------------------------
 # The package's structure
 

@@ -78,7 +78,10 @@ def _one_line(error: Exception) -> str:
     if missing:
         group, option = missing.groups()
         options = re.findall(r"^\s+(\S+)\s*$", text.split("Available options", 1)[-1], flags=re.M)
-        return str(ConfigError(group, option, "choose one of: " + ", ".join(sorted(options))))
+        from .registry import REGISTRIES
+
+        hint = f" ({REGISTRIES[group].plugin_hint()})" if group in REGISTRIES else ""
+        return str(ConfigError(group, option, "choose one of: " + ", ".join(sorted(options)) + hint))
     text = text.replace("\n", " ").strip()
     return re.sub(r"\s+", " ", text)
 
@@ -160,6 +163,9 @@ def compose_job(conf_dir: Path, overrides: list[str]):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
+    from .registry import import_installed_plugins
+
+    import_installed_plugins()
     job_overrides = [o for o in overrides if not _is_hydra_override(o)]
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
         cfg = compose(config_name="config", overrides=job_overrides)
@@ -189,13 +195,14 @@ def prevalidate(argv: list[str], conf_dir: Path) -> list[str]:
 
     from .config import load, validate
     from .launchers import check_job, check_launcher, target_override
-    from .registry import import_plugins
+    from .registry import import_installed_plugins, import_plugins
 
     args, _ = get_args_parser().parse_known_args(argv)
     if args.help or args.hydra_help or args.cfg or args.info or args.shell_completion:
         return []
     register_resolvers()
     try:
+        import_installed_plugins()  # before composing: a plugin may bring config options (algo=<its name>)
         import_plugins(plugins_on_command_line(args.overrides))
     except DybwError as error:
         fail(str(error))

@@ -250,8 +250,10 @@ class Composer:
         from omegaconf import OmegaConf
 
         from ..cli import register_resolvers
+        from ..registry import import_installed_plugins
 
         register_resolvers()
+        import_installed_plugins()  # an installed plugin's config options are composed like built-in ones
         self.conf_dir = Path(conf_dir).resolve()
         hydra_job = OmegaConf.load(self.conf_dir / "config.yaml").hydra.job.config.override_dirname
         self.exclude_keys = list(hydra_job.get("exclude_keys", []))
