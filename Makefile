@@ -29,8 +29,9 @@ data:  ## link ./data to an offline copy of the datasets (DYBW_DATA_DIR, else ..
 	elif [ -d ../shared/data ]; then ln -s "$$(readlink -f ../shared/data)" data && echo "data: ./data -> ../shared/data"; \
 	else echo "data: no offline copy; dybw downloads into ./data on first use"; fi
 
-test: $(INSTALLED) data  ## run the whole test suite
-	$(PYTHON) -m pytest -q
+test: $(INSTALLED) data  ## every tier: unit first (a minute), then the rest, naming the 25 slowest tests
+	$(PYTHON) -m pytest -q -m unit
+	$(PYTHON) -m pytest -q -m "not unit" --durations=25
 
 lint: $(INSTALLED)  ## ruff: lint and format check (make format rewrites the files)
 	$(PYTHON) -m ruff check .

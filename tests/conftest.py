@@ -20,6 +20,23 @@ os.environ.setdefault("DYBW_DATA_DIR", str(DATA))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
+TIERS_BY_PLACE = {"mpi": "mpi", "test_figures.py": "figures"}  # tests/cluster/ marks its own (cluster, hosts)
+COSTLY = ("mpi", "figures", "cluster", "hosts")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test gets one tier by cost: ``unit`` (marked in the module), else ``cluster``/``hosts`` (marked in
+    tests/cluster/), else ``mpi`` (tests/mpi/), ``figures`` (tests/test_figures.py), else ``integration``
+    (training jobs, run.py in a subprocess).  ``pytest -m <tier>`` selects one; ``make test`` runs ``unit``
+    first, then the rest."""
+    for item in items:
+        if any(item.get_closest_marker(tier) for tier in ("unit", *COSTLY)):
+            continue
+        place = Path(str(item.fspath)).relative_to(REPO / "tests").parts
+        tier = next((TIERS_BY_PLACE[part] for part in place if part in TIERS_BY_PLACE), "integration")
+        item.add_marker(getattr(pytest.mark, tier))
+
+
 @pytest.hookimpl(tryfirst=True)  # before the fixtures of the test are set up: they may run TF too
 def pytest_runtest_setup(item):
     """Size TF's thread pools as a job does (runner.threads=1) before a test that may run a TF operation:
