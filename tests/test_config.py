@@ -73,16 +73,23 @@ def pending(group: str, option: str) -> list:
 
 
 @functools.cache
-def _dataset_of(overrides: tuple[str, ...]) -> str | None:
+def _composed(overrides: tuple[str, ...]):
     try:
-        return compose(list(overrides))[0].dataset.name
+        return compose(list(overrides))[0]
     except ConfigError:  # used while collecting: the test itself reports the error
         return None
 
 
-def dataset_of(overrides: list[str]) -> str:
+def dataset_of(overrides: list[str]) -> str | None:
     """The dataset the overrides select (a composition costs ~0.1 s: cached)."""
-    return _dataset_of(tuple(overrides))
+    cfg = _composed(tuple(overrides))
+    return cfg and cfg.dataset.name
+
+
+def tier_of(overrides: list[str]):
+    """``unit`` unless validating the overrides builds a Keras model (which imports TensorFlow)."""
+    cfg = _composed(tuple(overrides))
+    return pytest.mark.integration if cfg and cfg.model.name == "keras" else pytest.mark.unit
 
 
 def tiny_overrides(group: str, option: str) -> list[str]:
@@ -115,20 +122,28 @@ def assert_completed(summary: dict, job_dir: Path) -> None:
 # Every yaml composes and validates
 
 
+@pytest.mark.unit
 def test_every_group_has_options():
     for group in GROUPS:
         assert options(group), f"conf/{group}/ has no yaml"
 
 
+@pytest.mark.unit
 def test_default_config_composes_and_validates():
     cfg, plain = compose([])
     validate(cfg)
     assert "hydra" not in plain
 
 
-@pytest.mark.parametrize(
-    ("group", "option"), [pytest.param(g, o, marks=pending(g, o), id=f"{g}={o}") for g, o in all_options()]
-)
+def validated_option_params():
+    params = []
+    for group, option in all_options():
+        tier = tier_of([f"{group}={option}", *NEEDS.get((group, option), [])])
+        params.append(pytest.param(group, option, marks=[tier, *pending(group, option)], id=f"{group}={option}"))
+    return params
+
+
+@pytest.mark.parametrize(("group", "option"), validated_option_params())
 def test_every_option_composes_and_validates(group, option):
     cfg, plain = compose([f"{group}={option}"] + NEEDS.get((group, option), []))
     graph = validate(cfg)
@@ -188,6 +203,7 @@ def test_tiny_run_of_every_mode_completes(override, tmp_path):
 # Typed conversion
 
 
+@pytest.mark.unit
 def test_unknown_key_is_rejected_with_the_valid_keys():
     _, plain = compose(TINY)
     with pytest.raises(ConfigError) as error:
@@ -198,6 +214,7 @@ def test_unknown_key_is_rejected_with_the_valid_keys():
         assert name in str(error.value)
 
 
+@pytest.mark.unit
 def test_unknown_nested_key_is_rejected_with_the_keys_of_its_section():
     _, plain = compose(TINY)
     plain["algo"]["eta"] = 0.5
@@ -213,6 +230,7 @@ def test_unknown_nested_key_is_rejected_with_the_keys_of_its_section():
         load(plain)
 
 
+@pytest.mark.unit
 def test_a_key_missing_from_the_yaml_is_an_error_not_a_default():
     _, plain = compose(TINY)
     del plain["algo"]["eta0"]
@@ -220,6 +238,7 @@ def test_a_key_missing_from_the_yaml_is_an_error_not_a_default():
         load(plain)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("override", "field", "expected"),
     [
@@ -245,6 +264,7 @@ def test_wrong_types_are_rejected_with_the_field_name(override, field, expected)
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.unit
 def test_a_removed_group_is_rejected_not_defaulted():
     _, plain = compose(TINY)
     del plain["straggler"]
@@ -252,6 +272,7 @@ def test_a_removed_group_is_rejected_not_defaulted():
         load(plain)
 
 
+@pytest.mark.unit
 def test_conversion_keeps_types():
     cfg, _ = compose(TINY + ["algo.eta0=1", "target_loss=0.5", "model=mlp", "model.hidden=[4,3]"])
     assert isinstance(cfg.algo.eta0, float) and cfg.algo.eta0 == 1.0
@@ -259,6 +280,7 @@ def test_conversion_keeps_types():
     assert compose(TINY)[0].target_loss is None
 
 
+@pytest.mark.unit
 def test_schema_keys():
     assert schema_keys("num_workers")[2]
     section, names, is_field = schema_keys("algo.b")  # a key of one algorithm (cb_static) is a schema key
@@ -275,6 +297,7 @@ def test_schema_keys():
 # Validation: what a run would only find out later is rejected up front
 
 
+@pytest.mark.unit
 def test_whiten_without_pca_is_rejected_up_front_as_by_load_dataset():
     cfg, _ = compose(TINY + ["dataset.whiten=true", "dataset.pca_dim=0"])
     with pytest.raises(ConfigError) as error:
@@ -286,6 +309,7 @@ def test_whiten_without_pca_is_rejected_up_front_as_by_load_dataset():
     validate(compose(TINY + ["dataset.whiten=true", "dataset.pca_dim=5"])[0])  # with PCA it is fine
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("overrides", "field", "expected"),
     [
@@ -333,6 +357,7 @@ def test_bad_values_are_rejected_before_any_data_is_loaded(overrides, field, exp
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.unit
 def test_the_wall_clock_needs_as_many_ranks_as_workers_in_the_world_it_is_started_in(monkeypatch):
     """``mpiexec -n 3 python run.py runner.clock=wall num_workers=4``: one line, before anything starts."""
     monkeypatch.setenv("PMI_SIZE", "3")
@@ -343,6 +368,7 @@ def test_the_wall_clock_needs_as_many_ranks_as_workers_in_the_world_it_is_starte
     validate(compose(TINY + ["runner=mpi", "runner.clock=wall"])[0])
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("agreement", ["instant", "allreduce", "flood"])
 @pytest.mark.parametrize("algo", ["cb_full", "cb_static", "cb_dybw", "cb_timeout", "cb_adaptive", "isolated"])
 def test_the_wall_clock_takes_every_policy_and_agreement(algo, agreement):
@@ -356,6 +382,7 @@ def test_the_wall_clock_takes_every_policy_and_agreement(algo, agreement):
     validate(compose(TINY + overrides)[0])
 
 
+@pytest.mark.unit
 def test_more_ranks_times_threads_than_cores_is_one_warning_line(caplog, monkeypatch):
     from dybw.mpi import launch
 
@@ -373,6 +400,7 @@ def test_more_ranks_times_threads_than_cores_is_one_warning_line(caplog, monkeyp
     assert not caplog.records
 
 
+@pytest.mark.unit
 def test_a_b_some_workers_cannot_honour_is_clamped_not_rejected():
     cfg, _ = compose(
         TINY + ["topology=custom", "topology.edges=[[0,1],[1,2],[2,3],[1,3]]", "algo=cb_static", "algo.b=2"]
@@ -381,6 +409,7 @@ def test_a_b_some_workers_cannot_honour_is_clamped_not_rejected():
         validate(cfg)
 
 
+@pytest.mark.unit
 def test_validation_does_not_touch_the_dataset_files(monkeypatch, tmp_path):
     monkeypatch.setenv("DYBW_DATA_DIR", str(tmp_path / "nothing-here"))
     for name in ("mnist", "cifar10"):
@@ -388,6 +417,7 @@ def test_validation_does_not_touch_the_dataset_files(monkeypatch, tmp_path):
     assert not (tmp_path / "nothing-here").exists()
 
 
+@pytest.mark.unit
 def test_the_config_hash_names_the_numbers_not_how_they_are_executed():
     """runner=local and runner=mpi (any ranks, chunk, launcher) compute the same bits: same hash, so a job
     completed or checkpointed by one backend is the other's.  Threads and the clock change the numbers."""
