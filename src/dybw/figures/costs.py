@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from . import analysis, load, style
+from . import analysis, load, rules, style
 from .analysis import BARRIER_FREE, DYBW, PAPER_SETTING, REFERENCE
 from .plots import Context, Drawn, _no_data, _no_runs, _setup, _source
 
@@ -166,19 +166,22 @@ def agreement_frame(ctx: Context, jobs) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def break_even(cuts: pd.DataFrame, agreement: str, versus: str, level: float = 0.65) -> float:
-    """The control delay (s) at which the mean cut falls below ``level`` (nan: never; -inf: from the start)."""
+def break_even(cuts: pd.DataFrame, agreement: str, versus: str, level: float = rules.C2.reproduced) -> float:
+    """The control delay (s) at which the mean cut falls below ``level`` (default: C2's threshold; nan: never;
+    -inf: from the start)."""
     rows = cuts[(cuts["agreement"] == agreement) & (cuts["versus"] == versus)]
     means = rows.groupby("control_delay")["cut"].mean().sort_index()
     return analysis.crossing_below(means.index, means.to_numpy(), level) if len(means) else math.nan
 
 
 def describe_break_even(value: float) -> str:
+    """:func:`break_even`'s delay in words (at C2's threshold)."""
+    level = rules.percent(rules.C2.reproduced)
     if math.isnan(value):
-        return "never falls below 65 % in the range swept"
+        return f"never falls below {level} in the range swept"
     if value == -math.inf:
-        return "is below 65 % even with free control messages"
-    return f"falls below 65 % at a control delay of {1000 * value:.1f} ms"
+        return f"is below {level} even with free control messages"
+    return f"falls below {level} at a control delay of {1000 * value:.1f} ms"
 
 
 AGREEMENT_STYLE = {
@@ -217,14 +220,15 @@ def agreement(ctx: Context) -> Drawn:
         )
         crossing = break_even(cuts, agreement_name, versus)
         if np.isfinite(crossing):
-            ax.plot(1000 * crossing, 65, marker="x", color=color, ms=8, mew=2)
+            ax.plot(1000 * crossing, 100 * rules.C2.reproduced, marker="x", color=color, ms=8, mew=2)
         what = "vs cb-Full, same agreement" if versus == "same agreement" else "vs barrier-free cb-Full"
         handles.append((line, f"{agreement_name}, {what}"))
-    ax.axhspan(65, 70, color="0.5", alpha=0.2, lw=0)
+    low, high = (100 * cut for cut in rules.PAPER_CUT)
+    ax.axhspan(low, high, color="0.5", alpha=0.2, lw=0)
     ax.text(
         0.99,
-        67.5,
-        "paper: 65-70 %",
+        (low + high) / 2,
+        f"paper: {rules.paper_cut()}",
         ha="right",
         va="center",
         fontsize=8,
@@ -283,7 +287,8 @@ def agreement(ctx: Context) -> Drawn:
         f"doubling between the workers (all-reduce) or a flood over the graph -- for c from 0 (the instant "
         f"agreement) to the data links' mean ({1000 * link_mean:.0f} ms, dashed). Dotted: the 'paper' preset's "
         f"control delay ({preset:.1f} ms). (a) cb-DyBW's paired cut against cb-Full under the same agreement "
-        f"(solid) and against cb-Full without a barrier (dashed); x: where the mean cut falls below 65 %: "
+        f"(solid) and against cb-Full without a barrier (dashed); x: where the mean cut falls below "
+        f"{rules.percent(rules.C2.reproduced)}: "
         f"{lines}. (b) Mean iteration durations. Setup: {style.describe_clock(plain, topology)}. "
         f"Source: {_source(ctx, jobs)}."
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import analysis, load, style
+from . import analysis, load, rules, style
 from .specs import Job, Spec
 
 
@@ -677,8 +677,17 @@ def ratio(ctx: Context) -> Drawn:
             capsize=2,
         )
         handles.append((line, label))
-    ax.axhspan(65, 70, color="0.5", alpha=0.2, lw=0)
-    ax.text(0.02, 67.5, "paper: 65-70 %", va="center", fontsize=8, color="0.25", transform=ax.get_yaxis_transform())
+    low, high = (100 * cut for cut in rules.PAPER_CUT)
+    ax.axhspan(low, high, color="0.5", alpha=0.2, lw=0)
+    ax.text(
+        0.02,
+        (low + high) / 2,
+        f"paper: {rules.paper_cut()}",
+        va="center",
+        fontsize=8,
+        color="0.25",
+        transform=ax.get_yaxis_transform(),
+    )
     ax.set_ylim(min(0, ax.get_ylim()[0]), 100)
     ax.set_xscale("log")
     ax.set_xlabel("mean link delay / mean compute time")
@@ -739,11 +748,12 @@ def ratio(ctx: Context) -> Drawn:
     plain, topology = _setup(ctx, jobs)
     swept = sorted({_delay_ratio(j.plain) for j in jobs})
     scales = sorted({j.plain["straggler"]["link"]["scale"] for j in jobs})
-    cross = ratio_crossing(red, analysis.DYBW, 0.65)
+    level = rules.C2.reproduced
+    cross = ratio_crossing(red, analysis.DYBW, level)
     crossing = (
-        f"; cb-DyBW's cut reaches 65 % from a ratio of {cross:.2g} on"
+        f"; cb-DyBW's cut reaches {rules.percent(level)} from a ratio of {cross:.2g} on"
         if math.isfinite(cross)
-        else "; cb-DyBW's cut stays below 65 % at every ratio swept"
+        else f"; cb-DyBW's cut stays below {rules.percent(level)} at every ratio swept"
     )
     link = dict(plain["straggler"]["link"])
     setup = style.describe_clock(plain, topology).replace(
@@ -756,7 +766,8 @@ def ratio(ctx: Context) -> Drawn:
         f"giving mean-link/mean-compute ratios {swept[0]:.2g}-{swept[-1]:.2g}"
         + (f"; dotted line: the 'paper' preset ({preset:.2g})" if preset else "")
         + ". (a) Paired reduction "
-        f"1 - T_alg/T_cb-Full of the mean iteration duration; grey band: the paper's 65-70 % claim{crossing}. "
+        f"1 - T_alg/T_cb-Full of the mean iteration duration; grey band: the paper's {rules.paper_cut()} "
+        f"claim{crossing}. "
         f"(b) Mean backup count per worker. (c) Mean iteration duration. Setup: {setup}."
     )
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption), "clock")

@@ -2,8 +2,8 @@
 
 Every number is computed here from the results files of the jobs (``summary.json``,
 ``timeline.parquet``, ``topology.json``) through :mod:`.analysis`; the same numbers go to
-``reproduction.json`` for programs (and the tests) to read.  The verdict rules are fixed in advance and
-printed in the file (:data:`RULES`).
+``reproduction.json`` for programs (and the tests) to read.  The verdicts, their thresholds and the rules
+printed in the file (:data:`RULES`) all come from :mod:`.rules`.
 """
 
 from __future__ import annotations
@@ -17,35 +17,20 @@ import numpy as np
 import pandas as pd
 
 from ..results import atomic_write_json, atomic_write_text
-from . import analysis, load, style
+from . import analysis, load, rules, style
 from .analysis import DYBW, fmt_pm
 from .plots import Context, _dataset_name
 from .specs import Spec, run_py_commands
 
 PAPER = {
     "C1": "Convergence rate O(1/sqrt(NK) + 1/K): linear speed-up in the number of workers N.",
-    "C2": "cb-DyBW's mean iteration duration is 65-70 % lower than cb-Full's.",
+    "C2": f"cb-DyBW's mean iteration duration is {rules.paper_cut()} lower than cb-Full's.",
     "C3": "cb-DyBW needs a number of iterations to converge of the same order as cb-Full.",
     "C4": "The number of backup workers varies over time and adapts to worker speed.",
     "C5": "On MNIST and CIFAR-10, test error and training loss are comparable to cb-Full, for far less wall time.",
     "C6": "The above holds with non-i.i.d. data across workers.",
 }
-RULES = {
-    "C1": "reproduced: the log-log slope of cb-DyBW's iterations to target against N is within [-1.25, -0.75] "
-    "both with the theorem's step (eta ~ N) and with a fixed step; partly: within that range with the "
-    "theorem's step only, or between -0.75 and -0.25; not: above -0.25 (or the target is not reached).",
-    "C2": "reproduced: in the paper's setting (lock-step, instant agreement) the paired mean reduction 1 - "
-    "T_DyBW/T_Full is >= 65 %; partly: >= 30 %; not: below. The other settings are reported, not judged.",
-    "C3": "reproduced: every run reaches the target and the mean ratio of iterations to target (DyBW/Full) is within "
-    "[0.5, 2]; partly: within [0.2, 5]; not: otherwise or not reached.",
-    "C4": "reproduced: b_j(k) changes from one iteration to the next for >= 10 % of (worker, iteration) pairs and, "
-    "with slow links out of a few workers, their messages are used at most half as often as the others'; "
-    "partly: one of the two; not: neither.",
-    "C5": "reproduced: on every dataset the final test accuracy is within 1 point of cb-Full's (paired mean) and the "
-    "time to target is lower; partly: within 3 points; not: otherwise. The paired mean's 95 % t-interval is "
-    "reported beside it, not judged: it says how far the few seeds can place the true difference.",
-    "C6": "reproduced: on the non-i.i.d. split, the C2, C3 and C5 criteria all hold; partly: some hold; not: none.",
-}
+RULES = dict(rules.TEXTS)  # C1-C6, then C3-CNN and C5-CNN: each claim's rule, as printed
 
 
 @dataclass
@@ -95,13 +80,6 @@ def _per_dataset(ctx: Context, with_shards: bool = False) -> list[tuple[str, pd.
     return tasks
 
 
-JUDGED = ("MNIST", "CIFAR-10", "synthetic")  # tasks whose numbers decide C3 and C5 (i.i.d., as in the paper)
-
-
-def _judged(name: str) -> bool:
-    return name.split(" (")[0] in JUDGED
-
-
 # --- the claims -----------------------------------------------------------------------------------------
 
 
@@ -133,15 +111,9 @@ def claim_c2(ctx: Context) -> Claim:
             (f"{setting} vs barrier-free cb-Full", free_cut),
         ):
             if stats[2] and not (setting == analysis.BARRIER_FREE and what.endswith("barrier-free cb-Full")):
-                robust.append((what, stats[0] >= 0.65))
+                robust.append((what, rules.c2_holds(stats[0], stats[2])))
     paper = values.get(analysis.PAPER_SETTING, {}).get("same_setting", {"mean": math.nan, "seeds": 0})
-    verdict = (
-        "reproduced"
-        if paper["seeds"] and paper["mean"] >= 0.65
-        else "partly"
-        if paper["seeds"] and paper["mean"] >= 0.30
-        else "not"
-    )
+    verdict = rules.c2_verdict(paper["mean"], paper["seeds"])
     spread = _graphs_and_seeds(frame)
     number = f"{_pct(_as_stats(paper))} (paper's setting: lock-step, instant agreement)"
     held = [what for what, ok in robust if ok]
@@ -152,11 +124,11 @@ def claim_c2(ctx: Context) -> Claim:
         f"shorter than cb-Full's in the paper's setting -- lock-step, with the workers' agreement on the end of "
         f"each iteration (and on cb-DyBW's threshold theta) taken as instant -- paired over {spread}. "
         + {
-            "reproduced": "That is within or above the paper's 65-70 %.",
-            "partly": "Shorter, but below the paper's 65 %.",
-            "not": "Far from the paper's 65-70 %.",
+            "reproduced": f"That is within or above the paper's {rules.paper_cut()}.",
+            "partly": f"Shorter, but below the paper's {rules.percent(rules.PAPER_CUT[0])}.",
+            "not": f"Far from the paper's {rules.paper_cut()}.",
         }[verdict]
-        + " **Robustness:** the cut stays at or above 65 % "
+        + f" **Robustness:** the cut stays at or above {rules.percent(rules.C2.reproduced)} "
         + (f"for {'; '.join(held)}" if held else "in no other setting")
         + (f", and falls below it for {'; '.join(failed)}" if failed else "")
         + ". A global maximum is never free in a real network: 'allreduce' and 'flood' pay a control-message delay "
@@ -182,7 +154,7 @@ def _graphs_and_seeds(frame: pd.DataFrame) -> str:
 
 
 def _agreement_break_even(ctx: Context) -> str:
-    """Where cb-DyBW's cut falls below 65 % as control messages slow down (the ``agreement`` spec)."""
+    """Where cb-DyBW's cut falls below C2's threshold as control messages slow down (the ``agreement`` spec)."""
     from .costs import agreement_frame, break_even, describe_break_even
 
     cuts = agreement_frame(ctx, ctx.completed_jobs(ctx.select(spec="agreement", kind="clock")))
@@ -208,7 +180,7 @@ def _agreement_break_even(ctx: Context) -> str:
 
 
 def _delay_mix(ctx: Context) -> str:
-    """What the clock sweep of ``ratio`` says about where a 65 % cut appears."""
+    """What the clock sweep of ``ratio`` says about where a cut at C2's threshold appears."""
     from .plots import ratio_crossing, ratio_frame
 
     red = ratio_frame(ctx, ctx.completed_jobs(ctx.select(spec="ratio", kind="clock")))
@@ -217,11 +189,12 @@ def _delay_mix(ctx: Context) -> str:
     means = red[red["label"] == DYBW].groupby("ratio")["reduction"].mean().sort_index()
     if means.empty:
         return ""
-    cross = ratio_crossing(red, DYBW, 0.65)
+    level = rules.C2.reproduced
+    cross = ratio_crossing(red, DYBW, level)
     where = (
-        f"it reaches 65 % once the mean link delay is at least {cross:.2g}x the mean compute time"
+        f"it reaches {rules.percent(level)} once the mean link delay is at least {cross:.2g}x the mean compute time"
         if math.isfinite(cross)
-        else "it stays below 65 % at every ratio swept"
+        else f"it stays below {rules.percent(level)} at every ratio swept"
     )
     return (
         f" The cut depends on the delay mix (ratio.png, virtual clock): {where}; with compute-dominated delays "
@@ -242,15 +215,6 @@ def style_order(frame):
     from .style import ordered
 
     return ordered(frame["label"]) if not frame.empty else []
-
-
-def _verdict(strict: list[bool], loose: list[bool], complete: bool = True) -> str:
-    """``reproduced`` if every check passes strictly (and nothing is missing), ``partly`` if loosely."""
-    if strict and all(strict) and complete:
-        return "reproduced"
-    if loose and all(loose):
-        return "partly"
-    return "not"
 
 
 def _said(ctx: Context, conclusion: str) -> str:
@@ -284,9 +248,9 @@ def claim_c3(ctx: Context, groups=None) -> Claim:
         values[name] = {"mean": stats[0], "std": stats[1], "seeds": stats[2], "all_reached": everyone}
         target = frame["target_accuracy"].iloc[0]
         parts.append(f"{name} {fmt_pm(stats, 2, unit='x')} (target {target:g})")
-        if groups is not None or _judged(name):
-            strict.append(everyone and stats[2] > 0 and 0.5 <= stats[0] <= 2)
-            loose.append(stats[2] > 0 and 0.2 <= stats[0] <= 5)
+        if groups is not None or rules.judged(name):
+            strict.append(rules.c3_same_order(stats[0], stats[2], everyone))
+            loose.append(rules.c3_loose(stats[0], stats[2]))
         for label in style_order(frame):
             its = analysis.values(frame, "iterations_to_target", label=label)
             r = analysis.reached(frame, label=label)
@@ -296,7 +260,7 @@ def claim_c3(ctx: Context, groups=None) -> Claim:
                 else fmt_pm(analysis.ratio(frame, label, "iterations_to_target"), 2, unit="x")
             )
             table.append(f"| {name} | {label} | {fmt_pm(its, 0)} | {r[0]}/{r[1]} | {rat} |")
-    verdict = _verdict(strict, loose, not getattr(ctx, "missing", []))
+    verdict = rules.over_tasks(strict, loose, not getattr(ctx, "missing", []))
     why = (
         f"Iterations to target, cb-DyBW / cb-Full (paired over graphs and seeds): {'; '.join(parts)}. "
         + (
@@ -310,7 +274,8 @@ def claim_c3(ctx: Context, groups=None) -> Claim:
             {
                 "reproduced": "Same order: the dynamic rule drops late messages but the iterates converge "
                 "as fast per iteration.",
-                "partly": "Same order of magnitude, but outside a factor 2 (or some runs missed the target).",
+                "partly": f"Same order of magnitude, but outside a factor {rules.number(rules.C3.factor)} (or some "
+                "runs missed the target).",
                 "not": "Not the same order, or the target was not reached.",
             }[verdict],
         )
@@ -353,10 +318,9 @@ def claim_c5(ctx: Context, groups=None) -> Claim:
         }
         spread = f" (95 % interval {100 * low:+.2f} to {100 * high:+.2f})" if math.isfinite(low) else ""
         parts.append(f"{name} {fmt_pm(acc, 2, 100)} points{spread}, time to target {_pct(time_saved, 0)} shorter")
-        faster = time_saved[2] > 0 and time_saved[0] > 0
-        if groups is not None or _judged(name):
-            strict.append(acc[2] > 0 and abs(acc[0]) <= 0.01 and faster)
-            loose.append(acc[2] > 0 and abs(acc[0]) <= 0.03)
+        if groups is not None or rules.judged(name):
+            strict.append(rules.c5_close(acc[0], acc[2]) and rules.c5_faster(time_saved[0], time_saved[2]))
+            loose.append(rules.c5_loose(acc[0], acc[2]))
         for label in style_order(frame):
             a = analysis.values(frame, "final_test_accuracy", label=label)
             loss_stats = analysis.values(frame, "final_train_loss", label=label)
@@ -371,7 +335,7 @@ def claim_c5(ctx: Context, groups=None) -> Claim:
                 f"| {name} | {label} | {fmt_pm(a, 4)} | {fmt_pm(loss_stats, 4)} | "
                 f"{fmt_pm(t, 1, 1, ' s')} | {da} | {dt} |"
             )
-    verdict = _verdict(strict, loose, not getattr(ctx, "missing", []))
+    verdict = rules.over_tasks(strict, loose, not getattr(ctx, "missing", []))
     why = (
         f"Final test accuracy of cb-DyBW minus cb-Full (paired over graphs and seeds): {'; '.join(parts)}. "
         "The verdict is decided on the i.i.d. tasks; time is the virtual clock's, lock-step with the instant "
@@ -381,7 +345,7 @@ def claim_c5(ctx: Context, groups=None) -> Claim:
             {
                 "reproduced": "Comparable accuracy and loss, reached in a fraction of the virtual time.",
                 "partly": "Accuracy within a few points, or no time gain on some dataset.",
-                "not": "Accuracy differs by more than 3 points.",
+                "not": f"Accuracy differs by more than {rules.points(rules.C5.loose)}.",
             }[verdict],
         )
         + _missing_text(ctx)
@@ -421,9 +385,9 @@ def claim_c4(ctx: Context) -> Claim:
     other_u = analysis.usage_stats(usage, variants[-1], "other messages") if not usage.empty else nan
     slow_0 = analysis.usage_stats(usage, variants[0], "slow workers' messages") if not usage.empty else nan
     other_0 = analysis.usage_stats(usage, variants[0], "other messages") if not usage.empty else nan
-    varies = change[2] > 0 and change[0] >= 0.10
-    adapts = slow_u[2] > 0 and other_u[2] > 0 and slow_u[0] <= 0.5 * other_u[0]
-    verdict = "reproduced" if varies and adapts else ("partly" if varies or adapts else "not")
+    varies = rules.c4_varies(change[0], change[2])
+    adapts = rules.c4_adapts(slow_u[0], slow_u[2], other_u[0], other_u[2])
+    verdict = rules.c4_verdict(varies, adapts)
     number = (
         f"b_j(k) changes in {_pct(change)} of steps; slow senders' messages used {_pct(slow_u, 0)} "
         f"vs {_pct(other_u, 0)}"
@@ -486,14 +450,9 @@ def claim_c1(ctx: Context) -> Claim:
                 found[row["role"]] = (stats, row["sweep"], row["points"] == row["jobs"])
     theorem = found.get("theorem", ((math.nan, math.nan, 0), "theorem", False))
     fixed = found.get("fixed", ((math.nan, math.nan, 0), "fixed", False))
-    t_ok = theorem[0][2] > 0 and -1.25 <= theorem[0][0] <= -0.75
-    f_ok = fixed[0][2] > 0 and -1.25 <= fixed[0][0] <= -0.75
-    if t_ok and f_ok:
-        verdict = "reproduced"
-    elif t_ok or any(s[0][2] > 0 and -0.75 < s[0][0] <= -0.25 for s in (theorem, fixed)):
-        verdict = "partly"
-    else:
-        verdict = "not"
+    t_ok = rules.c1_linear(theorem[0][0], theorem[0][2])
+    f_ok = rules.c1_linear(fixed[0][0], fixed[0][2])
+    verdict = rules.c1_verdict(theorem[0][0], theorem[0][2], fixed[0][0], fixed[0][2])
     number = f"slope {fmt_pm(theorem[0], 2)} ({theorem[1]}); {fmt_pm(fixed[0], 2)} ({fixed[1]})"
     ns = sorted(frame["num_workers"].unique()) if not frame.empty else []
     steps = frame[frame["role"] == "theorem"]["eta0"] if not frame.empty else pd.Series(dtype=float)
@@ -559,15 +518,15 @@ def claim_c6(ctx: Context) -> Claim:
         if split != "iid":
             everyone = all(h[0] == h[1] and h[1] > 0 for h in hit)
             checks = [
-                red[2] > 0 and red[0] >= 0.65,
-                everyone and its[2] > 0 and 0.5 <= its[0] <= 2,
-                acc[2] > 0 and abs(acc[0]) <= 0.01,
+                rules.c2_holds(red[0], red[2]),
+                rules.c3_same_order(its[0], its[2], everyone),
+                rules.c5_close(acc[0], acc[2]),
             ]
             parts.append(
                 f"{split}: T {_pct(red)} shorter, iterations {fmt_pm(its, 2, unit='x')}, "
                 f"accuracy {fmt_pm(acc, 2, 100)} points"
             )
-    verdict = "reproduced" if checks and all(checks) else ("partly" if any(checks) else "not")
+    verdict = rules.c6_verdict(checks)
     why = (
         f"On the non-i.i.d. split, cb-DyBW vs cb-Full (paired): {'; '.join(parts) or 'no runs'}. "
         + {
@@ -586,11 +545,6 @@ PAPER["C3-CNN"] = (
     "Beyond the paper: C3 for convolutional networks on raw pixels (LeNet-5 on MNIST, a GroupNorm CNN on CIFAR-10)."
 )
 PAPER["C5-CNN"] = "Beyond the paper: C5 for the same convolutional networks."
-RULES["C3-CNN"] = (
-    "the C3 rule, on the runs of `experiments/deep.yaml` (one row per network); not run: those runs are missing "
-    "(`make figures ONLY=deep` runs them)."
-)
-RULES["C5-CNN"] = "the C5 rule, on the runs of `experiments/deep.yaml`; not run: those runs are missing."
 
 
 def _cnn_claim(ctx: Context, check, key: str) -> Claim:
@@ -779,9 +733,10 @@ def _adaptive_vs_best_static(frame: pd.DataFrame) -> str:
             continue
         both = adaptive.merge(static[["seed", "time_to_target"]], on="seed", suffixes=("", "_static"))
         ratio = analysis.mean_std(both["time_to_target"] / both["time_to_target_static"])
-        verdict = "within" if ratio[2] and ratio[0] <= 1.10 else "not within"
+        verdict = "within" if rules.adaptive_within(ratio[0], ratio[2]) else "not within"
         best = static["method"].iloc[0]
-        parts.append(f"{split}: {fmt_pm(ratio, 2, unit='x')} the best static b ({best}), {verdict} 10 %")
+        slack = rules.percent(rules.ADAPTIVE.slack)
+        parts.append(f"{split}: {fmt_pm(ratio, 2, unit='x')} the best static b ({best}), {verdict} {slack}")
     if not parts:
         return ""
     return " cb-Adaptive, with no global information, on the 'paper' delays: " + "; ".join(parts) + "."
