@@ -19,12 +19,12 @@ from typing import Annotated
 from .agreement import AGREEMENTS
 from .algorithms import ALGORITHMS, AlgoConfig
 from .clock import SYNC_MODES
+from .distributions import DelaySpec, spec_section
 from .errors import ConfigError
 from .models import MODELS, ModelConfig
 from .registry import Registry, import_plugins
 from .runners import RUNNERS, RunnerConfig
 from .schema import AtLeast, Choice, Finite, IsFinite, NonEmpty, Range, Section, build, field_names, section_classes
-from .stragglers import DelaySpec
 from .topology import TOPOLOGY_CONFIGS, TopologyConfig
 
 DATASETS = ("cifar10", "mnist", "synthetic")
@@ -67,9 +67,9 @@ DATASET_CONFIGS = {"cifar10": DatasetConfig, "mnist": DatasetConfig, "synthetic"
 @dataclass
 class StragglerConfig:
     name: str
-    compute: DelaySpec  # C_j(k): a local step
-    link: DelaySpec  # D_ij(k): a message that carries a model
-    control: DelaySpec  # a control message of an agreement (latency-bound: no model on it)
+    compute: Annotated[DelaySpec, spec_section()]  # C_j(k): a local step
+    link: Annotated[DelaySpec, spec_section()]  # D_ij(k): a message that carries a model
+    control: Annotated[DelaySpec, spec_section()]  # a control message of an agreement (no model on it)
     time_scale: Annotated[float, Finite(0, strict=True)]  # multiplies every drawn delay, in both clocks
 
 
@@ -253,7 +253,7 @@ def _check_stragglers(cfg: RunConfig, graph) -> None:
                     f"must be a worker id in 0..{cfg.num_workers - 1} ({cfg.num_workers} workers)",
                 )
     control = straggler.control
-    if control.dist == "trace":
+    if control.distribution.replayed:
         raise ConfigError("straggler.control.dist", control.dist, "control delays are drawn: choose a distribution")
     if control.persistent_ids or control.persistent_fraction:
         raise ConfigError(

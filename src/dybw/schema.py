@@ -123,12 +123,12 @@ class NonEmpty:
 
 
 class Section:
-    """Marks a field whose dataclass is chosen by the value's ``name``: ``resolve(name, where)`` returns it
-    (or raises the one-line error listing the valid names); ``base`` holds the keys every choice has and
-    ``choices()`` lists every dataclass a name can choose."""
+    """Marks a field whose dataclass is chosen by the value's ``name`` (or another ``key``, e.g. a delay's
+    ``dist``): ``resolve(name, where)`` returns it (or raises the one-line error listing the valid names);
+    ``base`` holds the keys every choice has and ``choices()`` lists every dataclass a name can choose."""
 
-    def __init__(self, resolve, base, choices):
-        self.resolve, self.base, self.choices = resolve, base, choices
+    def __init__(self, resolve, base, choices, key: str = "name"):
+        self.resolve, self.base, self.choices, self.key = resolve, base, choices, key
 
 
 # --------------------------------------------------------------------------------------------------
@@ -155,7 +155,7 @@ def convert(kind, value, where: str):
         if not isinstance(value, dict):
             names = ", ".join(f.name for f in dataclasses.fields(section.base))
             raise ConfigError(where, value, f"must be a mapping with keys {names}")
-        return build(section.resolve(value.get("name"), f"{where}.name"), value, where)
+        return build(section.resolve(value.get(section.key), f"{where}.{section.key}"), value, where)
     if _is_optional(kind):
         if value is None:
             return None

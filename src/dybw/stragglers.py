@@ -1,21 +1,11 @@
-"""Straggler models: compute times ``C_j(k)`` and link delays ``D_ij(k)``, in seconds.
+"""Straggler models: compute times ``C_j(k)``, link delays ``D_ij(k)`` and control-message delays, in seconds.
 
-Each of the two is described by a :class:`DelaySpec` and drawn as
+Each is described by a :class:`~dybw.distributions.DelaySpec` and drawn as
 
     delay = (shift + scale * Z) * slow_mixture * slow_persistent
 
-where ``Z`` is a unit random variable chosen by ``dist``:
-
-==============  =================================  ==============================
-``dist``        Z from uniforms u0, u1             meaning of ``scale``
-==============  =================================  ==============================
-constant        0                                  (unused: delay = shift)
-shifted_exp     -ln(1 - u0)          (mean 1)      mean of the exponential part
-pareto          (1 - u0)^(-1/alpha)  (Z >= 1)      the Pareto minimum x_m
-lognormal       exp(sigma * N(0,1))  (median 1)    median of the log-normal part
-uniform         u0                                 width of [shift, shift + scale]
-trace           replayed from a CSV                (unused)
-==============  =================================  ==============================
+where the unit random variable ``Z`` belongs to the distribution ``dist`` names (:mod:`dybw.distributions`:
+a registry, one class per distribution, with their formulas).
 
 ``slow_mixture = slow_factor`` with probability ``slow_prob`` (coin u2), else 1, drawn per position.
 ``slow_persistent = persistent_factor`` for a fixed set of slow workers (compute) or slow links, chosen
@@ -23,92 +13,18 @@ by ``persistent_ids`` or at random as a ``persistent_fraction`` of them, else 1.
 
 Every position k consumes exactly three uniforms ``(u0, u1, u2)`` of its stream, whatever ``dist`` is,
 so switching the distribution or the straggler severity keeps the draws paired (common random numbers).
+A replayed distribution (``trace``) reads its delays from a CSV instead.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Annotated
-
 import numpy as np
 
+from .distributions import DelaySpec
 from .errors import ConfigError
 from .rng import UniformStream, stream
-from .schema import Choice, Finite, Range
 
-DISTRIBUTIONS = ("constant", "shifted_exp", "pareto", "lognormal", "uniform", "trace")
 UNIFORMS_PER_DRAW = 3
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-
-
-@dataclass
-class DelaySpec:
-    """One delay distribution (see the module docstring for the formula); defaults: conf/straggler/_delays.yaml."""
-
-    dist: Annotated[str, Choice(*DISTRIBUTIONS)]
-    shift: Annotated[float, Finite(0, unit="seconds")]
-    scale: Annotated[float, Finite(0, unit="seconds")]
-    alpha: Annotated[float, Finite(0, strict=True, what="a finite Pareto shape")]
-    sigma: Annotated[float, Finite(0)]
-    slow_prob: Annotated[float, Range(0, 1)]
-    slow_factor: Annotated[float, Finite(0, strict=True)]
-    persistent_ids: list  # worker ids, checked against num_workers by the config's cross-checks
-    persistent_fraction: Annotated[float, Range(0, 1)]
-    persistent_factor: Annotated[float, Finite(0, strict=True)]
-    path: str
-
-    def check_path(self, where: str) -> None:
-        """A replayed trace must exist (the one check that needs the file system)."""
-        if self.dist == "trace" and not self.resolved_path().is_file():
-            raise ConfigError(f"{where}.path", self.path, "the trace CSV does not exist")
-
-    def resolved_path(self) -> Path:
-        """``path`` as given, or relative to the project root (where ``conf/`` is) if not found here."""
-        path = Path(self.path)
-        if path.is_absolute() or path.exists():
-            return path
-        return PROJECT_ROOT / path
-
-    def unit_draws(self, u: np.ndarray) -> np.ndarray:
-        """``shift + scale * Z`` times the mixture factor, for uniforms ``u`` of shape ``[..., 3]``."""
-        with np.errstate(over="ignore"):  # an overflow becomes inf, reported by DelaySampler in one line
-            return self._unit_draws(u)
-
-    def _unit_draws(self, u: np.ndarray) -> np.ndarray:
-        u0, u1, u2 = u[..., 0], u[..., 1], u[..., 2]
-        if self.dist == "constant":
-            z = np.zeros_like(u0)
-        elif self.dist == "shifted_exp":
-            z = -np.log1p(-u0)
-        elif self.dist == "pareto":
-            z = (1.0 - u0) ** (-1.0 / self.alpha)
-        elif self.dist == "lognormal":
-            # Box-Muller on (u0, u1); 1 - u0 lies in (0, 1] so the log is finite.
-            normal = np.sqrt(-2.0 * np.log1p(-u0)) * np.cos(2.0 * np.pi * u1)
-            z = np.exp(self.sigma * normal)
-        elif self.dist == "uniform":
-            z = u0
-        else:  # trace: handled by TraceReplay
-            z = np.zeros_like(u0)
-        delay = self.shift + self.scale * z
-        return np.where(u2 < self.slow_prob, delay * self.slow_factor, delay)
-
-    @property
-    def mean(self) -> float:
-        """Expected delay of one draw without the persistent factor (inf for Pareto with alpha <= 1)."""
-        if self.dist == "shifted_exp":
-            z = 1.0
-        elif self.dist == "pareto":
-            z = self.alpha / (self.alpha - 1) if self.alpha > 1 else np.inf
-        elif self.dist == "lognormal":
-            z = float(np.exp(self.sigma**2 / 2))
-        elif self.dist == "uniform":
-            z = 0.5
-        else:
-            z = 0.0
-        base = self.shift + self.scale * z
-        return base * (1 - self.slow_prob + self.slow_prob * self.slow_factor)
 
 
 def _read_trace(path: str, key_columns: tuple[str, ...], where: str) -> tuple[dict, int]:
@@ -228,7 +144,7 @@ class DelaySampler:
 
     @staticmethod
     def _source(spec, seed, kind, entities, key_columns, where):
-        if spec.dist == "trace":
+        if spec.distribution.replayed:
             return _Replay(spec, entities, key_columns, where)
         return _Drawn(spec, seed, kind, entities)
 

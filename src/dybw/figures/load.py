@@ -36,9 +36,9 @@ def setting_of(plain: dict) -> str:
 
 def delay_mean(plain: dict, which: str = "control") -> float:
     """The mean delay (seconds) of ``straggler.<which>`` (compute, link or control) of a config."""
-    from ..stragglers import DelaySpec
+    from ..distributions import delay_spec
 
-    return DelaySpec(**plain["straggler"][which]).mean * plain["straggler"]["time_scale"]
+    return delay_spec(plain["straggler"][which]).mean * plain["straggler"]["time_scale"]
 
 
 def identity(job: Job) -> dict:

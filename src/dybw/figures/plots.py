@@ -608,10 +608,9 @@ def noniid(ctx: Context) -> Drawn:
 
 # ------------------------------------------------------------------------------------------------------
 def _delay_ratio(plain: dict) -> float:
-    from ..stragglers import DelaySpec
+    from ..distributions import delay_spec
 
-    link, compute = DelaySpec(**plain["straggler"]["link"]), DelaySpec(**plain["straggler"]["compute"])
-    return link.mean / compute.mean
+    return delay_spec(plain["straggler"]["link"]).mean / delay_spec(plain["straggler"]["compute"]).mean
 
 
 def _paper_ratio(ctx: Context) -> float | None:

@@ -123,25 +123,12 @@ def finish(fig, out: Path, name: str, title: str, caption: str) -> list[Path]:
 # --- setup text for captions, from a composed config -----------------------------------------------------
 
 
-def _ms(seconds: float) -> str:
-    return f"{1000 * seconds:g} ms"
-
-
 def describe_delay(spec: dict) -> str:
-    """``"2 ms + Exp(mean 30 ms)"`` and friends, from a straggler.compute / straggler.link config."""
-    dist, shift, scale = spec.get("dist", "constant"), spec.get("shift", 0.0), spec.get("scale", 0.0)
-    if dist == "constant":
-        text = _ms(shift)
-    elif dist == "shifted_exp":
-        text = f"{_ms(shift)} + Exp(mean {_ms(scale)})"
-    elif dist == "pareto":
-        text = f"{_ms(shift)} + Pareto(x_m {_ms(scale)}, alpha {spec.get('alpha', 2.0):g})"
-    elif dist == "lognormal":
-        text = f"{_ms(shift)} + LogNormal(median {_ms(scale)}, sigma {spec.get('sigma', 0.5):g})"
-    elif dist == "uniform":
-        text = f"U[{_ms(shift)}, {_ms(shift + scale)}]"
-    else:
-        text = f"trace {spec.get('path', '')}"
+    """``"2 ms + Exp(mean 30 ms)"`` and friends, from a straggler.compute / straggler.link config: the
+    distribution's own text, then the slow-downs."""
+    from ..distributions import DISTRIBUTIONS
+
+    text = DISTRIBUTIONS[spec["dist"]]().describe(spec)
     if spec.get("slow_prob", 0):
         text += f", x{spec.get('slow_factor', 1):g} w.p. {spec['slow_prob']:g}"
     if spec.get("persistent_ids") or spec.get("persistent_fraction", 0):
