@@ -193,9 +193,11 @@ def test_a_cancelled_job_is_reported_interrupted_with_what_it_measured_and_resum
 
 def test_a_job_at_its_time_limit_is_requeued_and_finishes_with_the_bits_of_an_uninterrupted_run(slurm, tmp_path):
     # Slurm signals SIGUSR2 between 20 and 80 s after the start (a minute's resolution).  The job needs
-    # 2-3 minutes on 2 ranks (50 000 iterations once took 52 s, done before any signal), so at least one
-    # attempt is cut, and enough requeues are allowed for attempts cut after only 20 s.
-    size = ["iterations=160000", "eval_every=8000"]
+    # about 100 s on 2 ranks of an idle machine (50 000 iterations once took 52 s, done before any
+    # signal), so at least one attempt is cut.  An attempt resumes from the last evaluation (a checkpoint
+    # every 2 500 iterations, so little is redone), and enough requeues are allowed for attempts cut
+    # after only 20 s on a loaded machine.
+    size = ["iterations=100000", "eval_every=2500"]
     limits = ["hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=40", "hydra.launcher.max_num_timeout=10"]
     process = start(["-m", "algo=cb_dybw", *JOB, *size, *MPI, *SLURM, *limits], tmp_path)
     reference = tmp_path / "uninterrupted"
