@@ -46,3 +46,36 @@ def test_layout_of_the_design():
         assert (REPO / path).exists(), path
     for group in ("algo", "dataset", "model", "topology", "straggler", "runner", "logger", "experiment"):
         assert any((REPO / "conf" / group).glob("*.yaml")), group
+
+
+def _readme_layout() -> list[str]:
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("## Layout", 1)[1].split("```", 2)[1]
+    return block.strip("\n").splitlines()
+
+
+def test_the_readmes_layout_names_every_module_and_folder_and_nothing_else():
+    lines = _readme_layout()
+    top = {line.split()[0].split("/")[0] for line in lines if line and not line.startswith(" ")}
+    tracked = {p.name for p in REPO.iterdir() if not p.name.startswith(".") and p.name not in ("data", "results")}
+    tracked -= {"environment.yml", "pyproject.toml", "Makefile", "README.md"}  # the files the README names above
+    assert top >= tracked, f"the layout misses {sorted(tracked - top)}"
+    package = REPO / "src" / "dybw"
+    words = set(re.findall(r"[\w.]+", "\n".join(line for line in lines if line.startswith("  "))))
+    modules = {p.name for p in package.glob("*.py") if p.name != "__init__.py"}
+    modules |= {p.name for p in package.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    missing = [m for m in sorted(modules) if m not in words and m.rstrip("/") not in words]
+    assert not missing, f"src/dybw/ has modules the README's layout does not name: {missing}"
+    named = {w for w in words if w.endswith(".py")} - {"run.py"}
+    unknown = [w for w in sorted(named) if not any(package.rglob(w))]
+    assert not unknown, f"the README's layout names modules that do not exist: {unknown}"
+
+
+def test_the_options_config_yaml_lists_are_the_yaml_files_of_each_group():
+    text = (REPO / "conf" / "config.yaml").read_text()
+    for group, listed in re.findall(r"^  - (\w+): \S+\s+# (.*)$", text, flags=re.M):
+        options = {p.stem for p in (REPO / "conf" / group).glob("*.yaml") if not p.name.startswith("_")}
+        named = {re.match(r"\s*(\w+)", part).group(1) for part in listed.split("|")}
+        assert named == options, (
+            f"conf/config.yaml lists {sorted(named)} for {group}; conf/{group}/ has {sorted(options)}"
+        )
