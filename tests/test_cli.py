@@ -94,6 +94,32 @@ def test_bad_input_is_one_line_and_nothing_starts(args, expected, tmp_path):
     assert elapsed < 20, f"validation took {elapsed:.1f} s"  # ~0.5 s: nothing heavy is imported
 
 
+def test_missing_data_offline_is_one_line_for_the_whole_sweep_saying_what_to_do(tmp_path):
+    # No dataset files and no way to download them (a proxy on a closed port refuses every connection, so
+    # this holds on a machine with a network too).
+    closed = "http://127.0.0.1:9"
+    cache = tmp_path / "cache"
+    env = {
+        **os.environ,
+        "DYBW_DATA_DIR": str(tmp_path / "empty"),
+        "DYBW_CACHE_DIR": str(cache),
+        "http_proxy": closed,
+        "https_proxy": closed,
+    }
+    env.pop("no_proxy", None)
+    proc = run_cli(["-m", "algo=cb_dybw,cb_full", "dataset=mnist", "logger=none"], cwd=tmp_path, env=env, timeout=120)
+    assert proc.returncode == 2
+    (line,) = [line for line in proc.stderr.splitlines() if line.strip()]  # one line for both jobs
+    assert line.startswith("error: mnist: 4 file(s) missing in ") and "make data" in line and "DYBW_DATA_DIR" in line
+    assert len(line) < 400 and "md5" not in line
+    # The details -- each file's MD5 and each download's error -- are in the log the line names.
+    log = cache / "data-error.log"
+    assert f"(details: {log})" in line and "train-images-idx3-ubyte.gz (md5 f68b3c2dcbeaaa9fbdd348bbdeb94873)" in (
+        log.read_text()
+    )
+    assert not (tmp_path / "results").exists() and not (tmp_path / "empty").exists()
+
+
 def test_slurm_without_slurm_is_one_line_that_names_the_local_launcher(tmp_path):
     # A PATH with this Python's directory alone: no sbatch, whether or not this machine has a Slurm.
     env = {**os.environ, "PATH": os.path.dirname(sys.executable)}

@@ -194,7 +194,7 @@ def prevalidate(argv: list[str], conf_dir: Path) -> list[str]:
     from hydra._internal.utils import get_args_parser
 
     from .config import load, validate
-    from .launchers import check_job, check_launcher, target_override
+    from .launchers import check_job, check_launcher, runs_elsewhere, target_override
     from .registry import import_installed_plugins, import_plugins
 
     args, _ = get_args_parser().parse_known_args(argv)
@@ -214,6 +214,7 @@ def prevalidate(argv: list[str], conf_dir: Path) -> list[str]:
     except Exception as error:  # Hydra's override grammar errors
         fail(_bad_syntax(args.overrides) or _one_line(error))
     launcher: dict = {}
+    datasets: dict[tuple, dict] = {}  # what the jobs read, once each: (name, data_dir) -> a dataset config
     for number, overrides in enumerate(jobs):
         prefix = f"[job {' '.join(overrides)}] " if len(jobs) > 1 else ""
         try:
@@ -226,17 +227,44 @@ def prevalidate(argv: list[str], conf_dir: Path) -> list[str]:
         try:
             with warnings.catch_warnings():  # e.g. a clamped algo.b: the job itself warns when it runs
                 warnings.simplefilter("ignore")
-                validate(load(plain))
+                cfg = load(plain)
+                validate(cfg)
             if multirun:
                 check_job(launcher, plain)
         except DybwError as error:
             fail(prefix + str(error))
+        datasets.setdefault((cfg.dataset.name, cfg.data_dir), cfg.dataset)
     if multirun:
         try:
             check_launcher(launcher)
         except DybwError as error:
             fail(str(error))
+    if not runs_elsewhere(launcher):
+        check_data(datasets)
     return target_override(launcher) if multirun else []
+
+
+def check_data(datasets: dict[tuple, object]) -> None:
+    """Make sure each dataset the jobs read is there (downloading what is missing), once for the whole
+    command: files that are missing offline are one line saying what to do, not one long error per job;
+    the full story (files, MD5s, each download's error) goes to a log file the line names."""
+    from .data import fetch_dataset_files
+    from .data.sources import cache_dir_from_env
+    from .errors import DataMissing
+
+    for (_, data_dir), dataset in datasets.items():
+        try:
+            fetch_dataset_files(dataset, data_dir)
+        except DataMissing as missing:
+            log = cache_dir_from_env() / "data-error.log"
+            try:
+                log.parent.mkdir(parents=True, exist_ok=True)
+                log.write_text(str(missing) + "\n")
+                fail(f"{missing.short} (details: {log})")
+            except OSError:
+                fail(str(missing))
+        except DybwError as error:  # a corrupted file: its line names it and the MD5 it should have
+            fail(str(error))
 
 
 def outcome(job_name: str, summary: dict) -> str:

@@ -25,6 +25,15 @@ class DataError(DybwError):
     """A dataset file is missing, corrupted or cannot be downloaded."""
 
 
+class DataMissing(DataError):
+    """Dataset files are missing and could not be downloaded: ``str()`` is every detail (files, MD5s, the
+    download errors); ``short`` is the line a user reads first, saying what to do."""
+
+    def __init__(self, details: str, short: str):
+        super().__init__(details)
+        self.short = short
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM (a cluster scheduler's stop), raised where the run is so that it ends like Ctrl-C:
     measured results flushed, status ``interrupted`` -- but named as what it was, exit code 143."""

@@ -77,6 +77,11 @@ def check_launcher(launcher: dict) -> None:
         )
 
 
+def runs_elsewhere(launcher: dict) -> bool:
+    """Whether the launcher runs the jobs on other machines (Slurm's nodes), whose files this one cannot see."""
+    return OURS.get(str(launcher.get("_target_", "")), launcher.get("_target_")) == SLURM
+
+
 def check_job(launcher: dict, job: dict) -> None:
     """What a launcher needs of a job's config, before anything starts (one line on error)."""
     target = OURS.get(str(launcher.get("_target_", "")), launcher.get("_target_"))

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dybw.errors import ConfigError, DataError
+from dybw.errors import ConfigError, DataError, DataMissing
 
 DOWNLOAD_TIMEOUT_S = 10.0  # per blocking socket operation of one download attempt
 _COPY_CHUNK = 1 << 20
@@ -232,17 +232,19 @@ def _download_to(url: str, folder: Path, final_name: str, timeout: float) -> tup
     return Path(tmp), h.hexdigest()
 
 
-def _no_network_error(name: str, spec: SourceSpec, folder: Path, missing: list[str], reason: str) -> DataError:
+def _no_network_error(name: str, spec: SourceSpec, folder: Path, missing: list[str], reason: str) -> DataMissing:
     wanted = ", ".join(f"{f} (md5 {spec.files[f]})" for f in missing)
     how = (
         f" (the official archive {spec.archive.url}, md5 {spec.archive.md5}, unpacks to them)"
         if spec.archive
         else f" (official mirrors: {', '.join(spec.mirrors)})"
     )
-    return DataError(
+    return DataMissing(
         f"{name}: {len(missing)} file(s) missing in {folder} and the download failed ({reason}). "
         f"Without network access, put the official files {wanted} into the directory {folder}{how}, "
-        f"or set DYBW_DATA_DIR to a data directory whose {spec.subdir}/ already holds them."
+        f"or set DYBW_DATA_DIR to a data directory whose {spec.subdir}/ already holds them.",
+        short=f"{name}: {len(missing)} file(s) missing in {folder} and they could not be downloaded: run `make data` "
+        f"(it links ./data to an offline copy) or set DYBW_DATA_DIR to a directory whose {spec.subdir}/ holds them",
     )
 
 
