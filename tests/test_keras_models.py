@@ -116,9 +116,12 @@ def test_the_cli_refuses_a_model_with_batchnorm_in_one_line_before_any_job_start
     assert "GroupNormalization" in lines[0] and not (tmp_path / "results").exists()
 
 
-def test_a_builtin_cnn_on_pca_features_says_which_inputs_it_needs():
-    cfg, _ = compose(TINY + ["model=lenet5"])
-    with pytest.raises(ConfigError, match=r"lenet5 takes images such as MNIST's 28x28x1 \(dataset.features=raw\)"):
+def test_a_builtin_cnn_on_pca_features_names_the_preset_that_trains_it():
+    for model, preset in (("lenet5", "cnn_mnist"), ("cnn", "cnn_cifar10")):
+        cfg, _ = compose(TINY + [f"model={model}"])
+        with pytest.raises(ConfigError, match=rf"{model} takes images .* use the preset experiment={preset}, "):
+            validate(cfg)
+        cfg, _ = compose([f"experiment={preset}"])  # and the preset it names is valid as it stands
         validate(cfg)
 
 

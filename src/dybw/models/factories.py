@@ -8,9 +8,14 @@ so every weight is a trainable one that workers mix.
 from __future__ import annotations
 
 
-def _expect_image(name: str, input_shape, what: str) -> None:
+def _expect_image(name: str, input_shape, what: str, preset: str) -> None:
     if len(input_shape) != 3:
-        raise ValueError(f"{name} takes images {what} (dataset.features=raw); got inputs of shape {tuple(input_shape)}")
+        # The preset sets what the model needs beyond its inputs too: the default step (1.0, tuned for the
+        # MLP on PCA features) leaves a CNN at chance.
+        raise ValueError(
+            f"{name} takes images {what} (dataset.features=raw); got inputs of shape {tuple(input_shape)}: "
+            f"use the preset experiment={preset}, which sets raw features and a step that trains"
+        )
 
 
 def lenet5(input_shape, num_classes):
@@ -23,7 +28,7 @@ def lenet5(input_shape, num_classes):
     import keras
     from keras import layers
 
-    _expect_image("lenet5", input_shape, "such as MNIST's 28x28x1")
+    _expect_image("lenet5", input_shape, "such as MNIST's 28x28x1", "cnn_mnist")
     return keras.Sequential(
         [
             keras.Input(tuple(input_shape)),
@@ -54,7 +59,7 @@ def cnn(input_shape, num_classes, widths=(32, 64, 128), convs_per_block=1, group
     import keras
     from keras import layers
 
-    _expect_image("cnn", input_shape, "such as CIFAR-10's 32x32x3")
+    _expect_image("cnn", input_shape, "such as CIFAR-10's 32x32x3", "cnn_cifar10")
     stack = [keras.Input(tuple(input_shape))]
     for width in widths:
         for _ in range(int(convs_per_block)):
