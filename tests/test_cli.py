@@ -39,7 +39,12 @@ BAD_INPUT = {
     ),
     "unknown top-level key": (["foo=1"], ["foo=1", "unknown key", "num_workers", "iterations", "algo"]),
     "unknown nested key": (["algo.eta=0.5"], ["algo.eta=0.5", "unknown key", "eta0", "min_neighbors"]),
-    "key the chosen option does not set": (["algo=cb_full", "algo.b=2"], ["algo.b=2", "algo=cb_full", "+algo.b=2"]),
+    "key the chosen option does not set": (
+        ["algo=cb_full", "algo.b=2"],
+        ["algo.b=2", "(algo=cb_full) does not use 'b'", "algo=cb_static does: e.g. algo=cb_static algo.b=2"],
+    ),
+    "misspelt top-level key": (["iteration=50"], ["iteration=50", "unknown key; did you mean iterations?"]),
+    "misspelt nested key": (["protocol.sinc=free"], ["unknown key; did you mean protocol.sync?"]),
     "whiten without pca": (["dataset=synthetic", "dataset.whiten=true"], ["dataset.whiten=True", "pca_dim"]),
     "removed group": (["~algo"], ["algo=None", "required", "algo=<name>"]),
     "no full evaluation": (["evaluation.full_every_evals=0"], ["evaluation.full_every_evals=0", ">= 1"]),

@@ -8,6 +8,7 @@ with :mod:`dybw.config`; :func:`run_hydra_job` is what each Hydra job calls.
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import logging
 import re
@@ -105,11 +106,13 @@ def _unknown_key(conf_dir: Path, overrides: list[str], error: Exception) -> str 
     if key.split(".")[0] == "hydra":
         return f"{key}={value} is invalid: not a key of Hydra's own config (see python run.py --hydra-help)"
     section, names, is_field = schema_keys(key)
+    leaf = key.rsplit(".", 1)[-1]
     if not is_field:
         where = f"of {section}" if section else "at the top level"
-        return f"{key}={value} is invalid: unknown key; valid keys {where}: {', '.join(names)}"
+        close = difflib.get_close_matches(leaf, names, n=1)
+        meant = f"did you mean {key[: len(key) - len(leaf)]}{close[0]}? " if close else ""
+        return f"{key}={value} is invalid: unknown key; {meant}valid keys {where}: {', '.join(names)}"
     # A key of the schema that the chosen group option does not set (e.g. algo.b with algo=cb_full).
-    leaf = key.rsplit(".", 1)[-1]
     chosen = ""
     try:
         others = [o for o in overrides if o.split("=", 1)[0] != key]
@@ -122,9 +125,32 @@ def _unknown_key(conf_dir: Path, overrides: list[str], error: Exception) -> str 
         present = f" (it sets: {', '.join(node)})"
     except Exception:  # noqa: BLE001 - the explanation is best effort; the error stands anyway
         present = ""
+    users = _options_using(section, leaf)
+    if users:
+        return (
+            f"{key}={value} is invalid: the chosen {section}{chosen} does not use '{leaf}'{present}; "
+            f"{' and '.join(f'{section}={name}' for name in users)} {'does' if len(users) == 1 else 'do'}: "
+            f"e.g. {section}={users[0]} {key}={value}"
+        )
     return (
         f"{key}={value} is invalid: the chosen {section}{chosen} does not use '{leaf}'{present}; "
         f"to add it anyway write +{key}={value}"
+    )
+
+
+def _options_using(group: str, key: str) -> list[str]:
+    """The options of a registry's group whose config has ``key`` (``b`` in algo: cb_static)."""
+    import dataclasses
+
+    from .registry import REGISTRIES
+
+    registry = REGISTRIES.get(group)
+    if registry is None:
+        return []
+    return sorted(
+        name
+        for name, cls in registry.items()
+        if hasattr(cls, "Config") and key in {field.name for field in dataclasses.fields(cls.Config)}
     )
 
 
