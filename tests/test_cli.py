@@ -125,6 +125,14 @@ def test_missing_data_offline_is_one_line_for_the_whole_sweep_saying_what_to_do(
     assert not (tmp_path / "results").exists() and not (tmp_path / "empty").exists()
 
 
+def test_help_is_dybws_page_with_its_groups_and_no_internal_file(tmp_path):
+    proc = run_cli(["--help"], cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("dybw: consensus training") and "powered by Hydra" not in proc.stdout
+    assert "straggler:  paper | none" in proc.stdout and "_delays" not in proc.stdout
+    assert "python run.py --cfg job" in proc.stdout
+
+
 def test_slurm_without_slurm_is_one_line_that_names_the_local_launcher(tmp_path):
     # A PATH with this Python's directory alone: no sbatch, whether or not this machine has a Slurm.
     env = {**os.environ, "PATH": os.path.dirname(sys.executable)}

@@ -71,9 +71,15 @@ def test_the_readmes_layout_names_every_module_and_folder_and_nothing_else():
     assert not unknown, f"the README's layout names modules that do not exist: {unknown}"
 
 
-def test_the_options_config_yaml_lists_are_the_yaml_files_of_each_group():
-    text = (REPO / "conf" / "config.yaml").read_text()
-    for group, listed in re.findall(r"^  - (\w+): \S+\s+# (.*)$", text, flags=re.M):
+@pytest.mark.parametrize(
+    ("listing", "pattern"),
+    [("config.yaml", r"^  - (\w+): \S+\s+# (.*)$"), ("hydra/help/dybw.yaml", r"^    (\w+): +(\w+(?: \| \w+)*)$")],
+)
+def test_the_option_lists_are_the_yaml_files_of_each_group(listing, pattern):
+    text = (REPO / "conf" / listing).read_text()
+    found = re.findall(pattern, text, flags=re.M)
+    assert len(found) == 8, found  # the eight groups
+    for group, listed in found:
         options = {p.stem for p in (REPO / "conf" / group).glob("*.yaml") if not p.name.startswith("_")}
         named = {re.match(r"\s*(\w+)", part).group(1) for part in listed.split("|")}
         assert named == options, (
