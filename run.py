@@ -11,7 +11,7 @@ from pathlib import Path
 
 import hydra
 
-from dybw.cli import FAILED_JOBS, fail, prevalidate, register_resolvers, run_hydra_job
+from dybw.cli import FAILED_JOBS, OUTCOMES, fail, multirun_table, prevalidate, register_resolvers, run_hydra_job
 from dybw.errors import Terminated, interruption
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
@@ -37,5 +37,7 @@ if __name__ == "__main__":
             f"{interruption(stop)}: measured results were flushed, status 'interrupted'",
             code=128 + (signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT),
         )
+    if len(OUTCOMES) > 1:  # a multirun: its jobs side by side
+        print("\n" + multirun_table(OUTCOMES))
     if FAILED_JOBS:
         sys.exit(1)

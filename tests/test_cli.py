@@ -171,6 +171,16 @@ def test_good_multirun_runs_each_job_once_then_skips_until_forced(tmp_path):
         for name in ("metrics.csv", "timeline.parquet", "topology.json"):
             assert (path.parent / name).is_file()
     assert algos == {"cb_dybw", "cb_full"}
+    # Each job's last line says where its results are; the multirun ends with its jobs side by side.
+    for path in summaries.values():
+        where = f"; results in {path.parent.relative_to(tmp_path)}"
+        (line,) = [line for line in first.stdout.splitlines() if where in line]
+        assert ": completed, test accuracy " in line and ("test accuracy at" in line or "not reached" in line)
+    table = first.stdout.split("2 jobs, all with ", 1)[1].splitlines()
+    assert table[1].split() == ["job", "status", "accuracy", "mean", "iteration", "to", "target"]
+    assert [row.split()[:2] for row in table[2:4]] == [["algo=cb_dybw", "completed"], ["algo=cb_full", "completed"]]
+    dybw, full = (json.loads(p.read_text())["mean_iteration_duration"] for p in sorted(summaries.values()))
+    assert table[4] == f"cb_dybw's mean iteration is {100 * (1 - dybw / full):.1f} % shorter than cb_full's"
     stamps = {
         name: (path.stat().st_mtime_ns, json.loads(path.read_text())["wall_seconds"])
         for name, path in summaries.items()

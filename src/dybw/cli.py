@@ -293,15 +293,84 @@ def check_data(datasets: dict[tuple, object]) -> None:
             fail(str(error))
 
 
-def outcome(job_name: str, summary: dict) -> str:
-    """The line a finished job logs (an interrupted one's says why, and how to go on)."""
+def outcome(job_name: str, summary: dict, job_dir: str | Path | None = None, overrides: str | None = None) -> str:
+    """The line a finished job logs: status, accuracy, mean iteration, time to target and where its results
+    are (an interrupted one's says why, and how to go on).  The job is also kept, under its ``overrides``
+    (``k=v,k=v``), for the multirun's table."""
     line = (
         f"{job_name}: {summary['status']}, test accuracy {summary['final_test_accuracy'] or float('nan'):.4f}, "
         f"mean iteration {summary['mean_iteration_duration'] or float('nan'):.4f} s"
     )
+    target = summary.get("target_accuracy")
+    if target is not None and summary["status"] == "completed":
+        reached = summary.get("time_to_target")
+        line += (
+            f", {_target_text(target)} at {reached:.1f} s (iteration {summary['iterations_to_target']})"
+            if reached is not None
+            else f", {_target_text(target)} not reached"
+        )
     if summary["status"] == "interrupted":
         line += f"; {summary.get('message') or 'interrupted'} after iteration {summary.get('iterations', 0)}"
+    if job_dir:
+        line += f"; results in {_shown(job_dir)}"
+    OUTCOMES.setdefault(str(job_dir or job_name), (overrides or job_name, summary))
     return line
+
+
+OUTCOMES: dict[str, tuple[str, dict]] = {}  # the jobs this command saw end, for the multirun's table
+
+
+def _target_text(target: float) -> str:
+    return f"{100 * target:g} % test accuracy"
+
+
+def _shown(path: str | Path) -> str:
+    """``path`` relative to the working directory when it lies below it (as a user would type it)."""
+    path = Path(path)
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def multirun_table(outcomes: dict[str, tuple[str, dict]]) -> str:
+    """The jobs of a multirun side by side, and cb-DyBW's cut against cb-Full where a job of each differs
+    in nothing else (same overrides but ``algo``)."""
+    rows = [("job", "status", "accuracy", "mean iteration", "to target")]
+    by_overrides: dict[str, dict[str, float]] = {}
+    names = [name.split(",") for name, _ in outcomes.values()]
+    common = set.intersection(*map(set, names)) if names else set()
+    for parts, (name, summary) in zip(names, outcomes.values()):
+        name = ",".join(p for p in parts if p not in common) or name  # what tells the jobs apart
+        mean = summary.get("mean_iteration_duration")
+        reached = summary.get("time_to_target")
+        rows.append(
+            (
+                name,
+                summary["status"],
+                f"{summary.get('final_test_accuracy') or float('nan'):.4f}",
+                f"{mean:.4f} s" if mean else "-",
+                f"{reached:.1f} s" if reached is not None else "-",
+            )
+        )
+        algo = next((p.split("=", 1)[1] for p in parts if p.startswith("algo=")), None)
+        if algo and mean:
+            rest = ",".join(p for p in parts if not p.startswith("algo=") and p not in common)
+            by_overrides.setdefault(rest, {})[algo] = mean
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    if common and len(names) > 1:
+        lines.insert(0, f"{len(names)} jobs, all with {','.join(p for p in names[0] if p in common)}:")
+    for rest, means in by_overrides.items():
+        if "cb_full" in means:
+            for algo, mean in means.items():
+                if algo != "cb_full":
+                    where = f" ({rest})" if rest else ""
+                    lines.append(
+                        f"{algo}'s mean iteration is {100 * (1 - mean / means['cb_full']):.1f} % shorter "
+                        f"than cb_full's{where}"
+                    )
+    return "\n".join(lines)
 
 
 def run_hydra_job(cfg) -> dict:
@@ -323,10 +392,11 @@ def run_hydra_job(cfg) -> dict:
         run_cfg = load(plain)
         graph = validate(run_cfg)
         summary = run_job(run_cfg, graph, job_dir, plain, config_hash(plain))
-        log.info("%s", outcome(job_dir.name, summary))
+        log.info("%s", outcome(job_dir.name, summary, job_dir, HydraConfig.get().job.override_dirname))
         return {**summary, "job_dir": str(job_dir)}
     except DybwError as error:
         FAILED_JOBS.append(str(job_dir))
+        OUTCOMES.setdefault(str(job_dir), (HydraConfig.get().job.override_dirname, {"status": "failed"}))
         print(f"error: {job_dir.name}: {error}", file=sys.stderr)
         return {"status": "failed", "error": f"{job_dir.name}: {error}", "job_dir": str(job_dir)}
 
@@ -346,10 +416,14 @@ def report_returns(returns, output_seen: bool) -> None:
             continue  # an exception: Hydra reports it
         if value.get("error"):
             FAILED_JOBS.append(value.get("job_dir", ""))
+            OUTCOMES.setdefault(value.get("job_dir", ""), (",".join(job_return.overrides or []), {"status": "failed"}))
             if not output_seen:
                 print(f"error: {value['error']}", file=sys.stderr)
             continue
         if value.get("status") != "completed":  # e.g. interrupted by the cluster's scheduler
             FAILED_JOBS.append(value.get("job_dir", ""))
+        line = outcome(
+            Path(value.get("job_dir", "")).name, value, value.get("job_dir"), ",".join(job_return.overrides or [])
+        )
         if not output_seen:
-            log.info("%s", outcome(Path(value.get("job_dir", "")).name, value))
+            log.info("%s", line)

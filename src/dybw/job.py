@@ -22,7 +22,7 @@ log = logging.getLogger("dybw")
 
 
 class _Progress:
-    """A tqdm bar per job: iteration, virtual time, latest test accuracy.
+    """A tqdm bar per job: iteration, the job's clock (virtual or measured seconds), latest test accuracy.
 
     Its rate (and so its ETA) counts training iterations only.  The bar appears when the training loop
     starts, after the data and TensorFlow are loaded; the loop's first iteration still includes the
@@ -61,7 +61,9 @@ class _Progress:
     def advance(self, k: int, virtual_time: float):
         if self.bar is None:
             return
-        self.bar.set_postfix_str(f"t={virtual_time:.2f}s acc={self.accuracy:.3f}", refresh=False)
+        # The job's own clock, not tqdm's: simulated (virtual) or measured (wall) seconds since iteration 0.
+        clock = "virtual" if self.cfg.runner.clock == "virtual" else "measured"
+        self.bar.set_postfix_str(f"{clock} {virtual_time:.2f} s, acc {self.accuracy:.3f}", refresh=False)
         if self.warming_up:
             # The first iteration was start-up: count the bar (and its rate) from here.
             self.warming_up = False
