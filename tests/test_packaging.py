@@ -85,3 +85,20 @@ def test_the_option_lists_are_the_yaml_files_of_each_group(listing, pattern):
         assert named == options, (
             f"conf/config.yaml lists {sorted(named)} for {group}; conf/{group}/ has {sorted(options)}"
         )
+
+
+def test_every_docs_page_is_listed_in_the_index_and_every_relative_link_resolves():
+    index = (REPO / "docs" / "index.md").read_text()
+    unlisted = [
+        p.name for p in sorted((REPO / "docs").glob("*.md")) if p.name != "index.md" and f"({p.name})" not in index
+    ]
+    assert not unlisted, f"docs/index.md does not list {unlisted}"
+    assert "(docs/index.md)" in (REPO / "README.md").read_text()
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if "://" not in target:
+                assert (page.parent / target).exists(), f"{page.relative_to(REPO)} links to {target}, which is missing"
+
+
+def test_the_readme_is_an_entry_document():
+    assert len((REPO / "README.md").read_text().splitlines()) <= 150  # measurements live in docs/results.md

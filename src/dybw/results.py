@@ -1,4 +1,4 @@
-"""The results contract: what a job writes into its directory, atomically (README: what a run writes).
+"""The results contract: what a job writes into its directory, atomically (docs/runs.md: what a run writes).
 
 ``metrics.csv`` (one row per evaluation), ``timeline.parquet`` (one row per worker per iteration, or per
 local step for an asynchronous algorithm), ``links.parquet`` (one row per directed link per iteration: who

@@ -1,4 +1,4 @@
-"""Read jobs' results files (README: what a run writes) into data frames, one row per job / evaluation / iteration.
+"""Read jobs' results files (docs/runs.md) into data frames, one row per job / evaluation / iteration.
 
 Every frame carries the job's identifying values: ``spec``, ``sweep``, ``variant``, the swept keys, and
 from its composed config ``algo``, ``b``, ``label`` (e.g. ``cb-Static (b=1)``), ``dataset``, ``split``,
