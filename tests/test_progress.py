@@ -35,8 +35,13 @@ def clock(monkeypatch):
     return fake
 
 
-def _progress():
-    cfg = SimpleNamespace(iterations=TOTAL, algo=SimpleNamespace(name="cb_dybw"), dataset=SimpleNamespace(name="mnist"))
+def _progress(clock: str = "virtual"):
+    cfg = SimpleNamespace(
+        iterations=TOTAL,
+        algo=SimpleNamespace(name="cb_dybw"),
+        dataset=SimpleNamespace(name="mnist"),
+        runner=SimpleNamespace(clock=clock),
+    )
     return _Progress(cfg, enabled=True)
 
 
@@ -62,6 +67,15 @@ def test_the_first_eta_counts_ordinary_iterations_only(clock, done):
     expected = (TOTAL - k) * ITERATION_S
     assert _eta(bar) == pytest.approx(expected, rel=0.05)  # counting the warm-up gives about 20x this
     assert bar.n == k and bar.format_dict["elapsed"] == pytest.approx((k - done - 1) * ITERATION_S)
+    progress.close()
+
+
+@pytest.mark.parametrize(("runner_clock", "label"), [("virtual", "virtual 1.25 s"), ("wall", "measured 1.25 s")])
+def test_the_bar_names_whose_seconds_it_shows(clock, runner_clock, label):
+    progress = _progress(runner_clock)
+    progress.start(0)
+    progress.advance(1, 1.25)
+    assert f"{label}, acc nan" in str(progress.bar)
     progress.close()
 
 
