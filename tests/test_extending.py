@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import json
 import os
 import re
 import subprocess
@@ -218,6 +219,62 @@ def test_a_delay_distribution_from_an_installed_plugin_runs_and_changes_no_exist
 @pytest.mark.unit
 def test_the_straggler_presets_keep_their_config_hashes():
     assert _preset_hashes() == PRESET_HASHES
+
+
+FIGURE_SPEC = """
+title: "Mean iteration of each algorithm (a plugin's figure)"
+figure: iteration_bars
+why: "a figure drawn by a plugin package, from jobs of its own spec"
+sweeps:
+  - label: clock
+    kind: clock
+    base:
+      experiment_name=clock_plugin_figure: apart from other results
+      dataset=synthetic: no files
+      num_workers=6: small
+      iterations=40: short
+    variants:
+      cb_dybw: {overrides: [algo=cb_dybw], why: the policy}
+      cb_full: {overrides: [algo=cb_full], why: the baseline}
+    grid:
+      seed: {values: [0], why: one draw}
+"""
+
+
+def test_a_figure_from_an_installed_plugin_is_drawn_by_the_figure_pipeline(tmp_path):
+    # The plugin is docs/extending.md's own example, as printed there.
+    docs = (REPO / "docs" / "extending.md").read_text()
+    source = docs.split("# my_figures.py", 1)[1].split("\n", 1)[1].split("```", 1)[0]
+    site, experiments = tmp_path / "site", tmp_path / "experiments"
+    _install(site, "dybw_figure_plugin", source)
+    experiments.mkdir()
+    (experiments / "plugin_bars.yaml").write_text(FIGURE_SPEC)
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
+    args = ["--only", "plugin_bars", "--experiments", str(experiments), "--results", str(tmp_path / "results")]
+    done = subprocess.run(
+        [sys.executable, "-m", "dybw.figures", *args, "--out", str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert (out / "plugin_bars.png").stat().st_size > 0 and (out / "plugin_bars.pdf").is_file()
+    index = json.loads((out / "figures.json").read_text())
+    assert index["plugin_bars"]["caption"] == "Mean iteration duration of each completed job."
+
+    # Without the plugin installed, the spec's figure is one line naming where figures come from.
+    done = subprocess.run(
+        [sys.executable, "-m", "dybw.figures", *args, "--out", str(tmp_path / "out2"), "--no-run"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 2 and "figure 'iteration_bars' is unknown" in done.stderr
+    assert "'dybw.plugins' entry point" in done.stderr
 
 
 # --------------------------------------------------------------------------------------------------

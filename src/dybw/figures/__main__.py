@@ -100,9 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         failed = sum(c["failed"] for c in counts.values())
     run_seconds = time.perf_counter() - started
 
-    from . import costs, network, plots, report, style
+    from . import costs, network, plots, registry, report, style  # noqa: F401 - costs, network: their figures
 
-    figures = {**plots.FIGURES, **costs.FIGURES, **network.FIGURES}
+    figures = registry.figures()
     style.setup()
     drawn, failed_figures = [], []
     command = "make figures-quick" if args.quick else "make figures"
@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         if spec.figure not in figures:
             print(
-                f"error: {spec.path}: figure '{spec.figure}' is unknown; known: {', '.join(figures)}, {TABLE}",
+                f"error: {spec.path}: figure '{spec.figure}' is unknown; known: {', '.join(figures)}, {TABLE} "
+                "(figures of your own come from a package's 'dybw.plugins' entry point: docs/extending.md)",
                 file=sys.stderr,
             )
             return 2

@@ -20,6 +20,7 @@ from matplotlib.lines import Line2D
 from . import analysis, load, rules, style
 from .analysis import BARRIER_FREE, DYBW, PAPER_SETTING, REFERENCE
 from .plots import Context, Drawn, _no_data, _no_runs, _setup, _source
+from .registry import figure
 
 SETTING_ORDER = ["lock-step, instant", "lock-step, allreduce", "lock-step, flood", "free"]
 SETTING_NAMES = {
@@ -42,6 +43,7 @@ def _spread_text(frame: pd.DataFrame) -> str:
 
 
 # ------------------------------------------------------------------------------------------------------
+@figure("durations")
 def durations(ctx: Context) -> Drawn:
     name, title = ctx.spec.name, ctx.title
     jobs = ctx.completed_jobs(ctx.select(spec=ctx.spec.name, kind="clock"))
@@ -192,6 +194,7 @@ AGREEMENT_STYLE = {
 }  # fmt: skip
 
 
+@figure("agreement")
 def agreement(ctx: Context) -> Drawn:
     name, title = ctx.spec.name, ctx.title
     jobs = ctx.completed_jobs(ctx.select(spec=ctx.spec.name, kind="clock"))
@@ -325,6 +328,7 @@ def min_neighbors_frame(ctx: Context) -> tuple[pd.DataFrame, pd.DataFrame]:
     return clock, train
 
 
+@figure("min_neighbors")
 def min_neighbors(ctx: Context) -> Drawn:
     name, title = ctx.spec.name, ctx.title
     clock, train = min_neighbors_frame(ctx)
@@ -413,6 +417,7 @@ def wall_pairs(ctx: Context) -> list[dict]:
     return pairs
 
 
+@figure("wall_vs_virtual")
 def wall_vs_virtual(ctx: Context) -> Drawn:
     name, title = ctx.spec.name, ctx.spec.title
     pairs = wall_pairs(ctx)
@@ -549,14 +554,6 @@ def wall_clock_section(ctx: Context) -> list[str]:
     ]
 
 
-FIGURES = {
-    "durations": durations,
-    "agreement": agreement,
-    "min_neighbors": min_neighbors,
-    "wall_vs_virtual": wall_vs_virtual,
-}
-
-
 # ------------------------------------------------------------------------------------------------------
 def method_label(row) -> str:
     """A baseline run's name in the comparison: its algorithm's label and how its iterations end."""
@@ -615,6 +612,7 @@ def _order(methods) -> list[str]:
     return sorted(dict.fromkeys(methods), key=rank)
 
 
+@figure("baselines")
 def baselines(ctx: Context) -> Drawn:
     name, title = ctx.spec.name, ctx.title
     frame = baselines_frame(ctx)
@@ -678,6 +676,3 @@ def baselines(ctx: Context) -> Drawn:
         f"Source: {_source(ctx, jobs)}."
     )
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption))
-
-
-FIGURES["baselines"] = baselines

@@ -23,6 +23,7 @@ from matplotlib.patches import Patch
 
 from . import analysis, load, style
 from .plots import Context, Drawn, _no_data, _no_runs, _source
+from .registry import figure
 
 SPEC = "real_network"
 # Written by `make real-network` beside the runs: the links' rates as tc had them (tests/cluster/hosts.sh).
@@ -121,6 +122,7 @@ def cuts(found: list[dict]) -> dict[str, tuple[float, float, int]]:
 
 
 # ------------------------------------------------------------------------------------------------------
+@figure("real_network")
 def real_network(ctx: Context) -> Drawn:
     name, title = ctx.spec.name, ctx.title
     found = runs(ctx)
@@ -298,6 +300,3 @@ def real_network_section(ctx: Context) -> list[str]:
         "Figures: [real_network.png](real_network.png). Produced by `make real-network` (root: it brings the "
         "emulated hosts up and shapes their links).",
     ]
-
-
-FIGURES = {"real_network": real_network}

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from . import analysis, load, rules, style
+from .registry import figure
 from .specs import Job, Spec
 
 
@@ -128,6 +129,7 @@ def _source(ctx: Context, jobs: list[Job]) -> str:
 
 
 # ------------------------------------------------------------------------------------------------------
+@figure("convergence")
 def convergence(ctx: Context) -> Drawn:
     jobs = ctx.completed_jobs(ctx.select(spec=ctx.spec.name, kind="train"))
     frame = ctx.metrics(jobs)
@@ -187,6 +189,7 @@ def convergence(ctx: Context) -> Drawn:
 
 
 # ------------------------------------------------------------------------------------------------------
+@figure("convergence_sweeps")
 def convergence_sweeps(ctx: Context) -> Drawn:
     """Convergence side by side, one column per sweep (e.g. one dataset and model each): training loss and
     test accuracy against iterations, test accuracy against virtual time, every algorithm of the sweep."""
@@ -283,6 +286,7 @@ def title_for_data(title: str, datasets: set[str]) -> str:
 WINDOW_A = 150  # iterations shown in the backups figure's panel (a)
 
 
+@figure("backups")
 def backups(ctx: Context) -> Drawn:
     name, title = ctx.spec.name, ctx.title
     train = ctx.completed_jobs(ctx.select(kind="train"))
@@ -410,6 +414,7 @@ def backups(ctx: Context) -> Drawn:
 
 
 # ------------------------------------------------------------------------------------------------------
+@figure("speedup")
 def speedup(ctx: Context) -> Drawn:
     name, title = ctx.spec.name, ctx.title
     jobs = ctx.completed_jobs(ctx.select(spec=ctx.spec.name, kind="train"))
@@ -525,6 +530,7 @@ def speedup(ctx: Context) -> Drawn:
 
 
 # ------------------------------------------------------------------------------------------------------
+@figure("noniid")
 def noniid(ctx: Context) -> Drawn:
     name, title = ctx.spec.name, ctx.title
     jobs = ctx.completed_jobs(ctx.select(kind="train"))
@@ -647,6 +653,7 @@ def ratio_crossing(red: pd.DataFrame, label: str, level: float) -> float:
     return math.nan
 
 
+@figure("ratio")
 def ratio(ctx: Context) -> Drawn:
     name, title = ctx.spec.name, ctx.title
     jobs = ctx.completed_jobs(ctx.select(spec=ctx.spec.name, kind="clock"))
@@ -773,6 +780,7 @@ def ratio(ctx: Context) -> Drawn:
 
 
 # ------------------------------------------------------------------------------------------------------
+@figure("static_b")
 def static_b(ctx: Context) -> Drawn:
     name, title = ctx.spec.name, ctx.title
     clock = ctx.completed_jobs(ctx.select(spec=ctx.spec.name, kind="clock"))
@@ -883,14 +891,3 @@ def static_b(ctx: Context) -> Drawn:
         f"{_source(ctx, clock + train)}."
     )
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption), "clock + training")
-
-
-FIGURES = {
-    "convergence": convergence,
-    "convergence_sweeps": convergence_sweeps,
-    "backups": backups,
-    "speedup": speedup,
-    "noniid": noniid,
-    "ratio": ratio,
-    "static_b": static_b,
-}

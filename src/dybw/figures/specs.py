@@ -3,7 +3,7 @@
 A spec is YAML::
 
     title: Convergence on MNIST                 # the figure's title
-    figure: convergence                         # drawing function in dybw.figures.plots.FIGURES
+    figure: convergence                         # a drawing function registered by name (figures/registry.py)
     why: what the figure answers (one line)
     jobs_from: [other_spec]                     # optional: also use (and run) the jobs of other specs
     reads_from: [other_spec]                    # optional: also use those specs' finished jobs, never run them
