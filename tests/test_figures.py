@@ -95,7 +95,7 @@ def test_quick_figures_name_the_data_they_really_use(quick):
 
 
 def test_full_figures_keep_the_titles_of_their_specs():
-    from dybw.figures.plots import title_for_data
+    from dybw.figures.scaffold import title_for_data
 
     assert title_for_data("MNIST: convergence", {"mnist"}) == "MNIST: convergence"
     assert title_for_data("CIFAR-10: convergence", {"cifar10"}) == "CIFAR-10: convergence"

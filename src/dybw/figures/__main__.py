@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         failed = sum(c["failed"] for c in counts.values())
     run_seconds = time.perf_counter() - started
 
-    from . import costs, network, plots, registry, report, style  # noqa: F401 - costs, network: their figures
+    from . import costs, network, plots, registry, report, scaffold, style  # noqa: F401 - costs, network, plots: their figures
 
     figures = registry.figures()
     style.setup()
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in selected:
         spec = specs[name]
         read = specs_mod.read_jobs(spec, specs, composer, args.quick)  # finished results only, never run
-        ctx = plots.Context(spec, per_spec[name] + read, results, out, args.quick, command, Path(args.conf))
+        ctx = scaffold.Context(spec, per_spec[name] + read, results, out, args.quick, command, Path(args.conf))
         t0 = time.perf_counter()
         if spec.figure == TABLE:
             files = report.write(

@@ -19,8 +19,8 @@ from matplotlib.lines import Line2D
 
 from . import analysis, load, rules, style
 from .analysis import BARRIER_FREE, DYBW, PAPER_SETTING, REFERENCE
-from .plots import Context, Drawn, _no_data, _no_runs, _setup, _source
 from .registry import figure
+from .scaffold import Context, Drawn, job_setup, no_data, no_runs, source_of
 
 SETTING_ORDER = ["lock-step, instant", "lock-step, allreduce", "lock-step, flood", "free"]
 SETTING_NAMES = {
@@ -50,7 +50,7 @@ def durations(ctx: Context) -> Drawn:
     frame = ctx.summaries(jobs)
     fig, axes = style.figure(2, 1, width=6.2, height=3.8)
     if frame.empty:
-        return _no_runs(ctx, fig, axes, name, title, source="clock")
+        return no_runs(ctx, fig, axes, name, title, source="clock")
     labels = style.ordered(frame["label"])
     colors = style.palette(labels)
     settings = settings_in(frame)
@@ -115,13 +115,13 @@ def durations(ctx: Context) -> Drawn:
             ax.axvline(data[data["label"] == label]["T"].median(), color=colors[label], ls=":", lw=1)
         style.plain_log_ticks(ax, "x")
     else:
-        _no_data(ax)
+        no_data(ax)
     ax.set_xlabel("iteration duration T(k) = E(k) - E(k-1) (ms, log scale)")
     ax.set_ylabel("density")
     ax.set_title("distribution of T(k), the paper's setting")
     style.panel_letters(axes)
     style.top_legend(fig, [Line2D([], [], color=colors[label], lw=6) for label in labels], labels)
-    plain, topology = _setup(ctx, jobs)
+    plain, topology = job_setup(ctx, jobs)
     free_cut = analysis.cut_against(frame, DYBW, PAPER_SETTING, BARRIER_FREE)
     control = style.describe_delay(plain["straggler"]["control"])
     caption = (
@@ -136,7 +136,7 @@ def durations(ctx: Context) -> Drawn:
         f"local rule. Against that barrier-free cb-Full, lock-step cb-DyBW with the instant agreement is "
         f"{analysis.fmt_pm(free_cut, 1, 100, ' %')} shorter. (b) Histogram of the per-iteration durations, paper's "
         f"setting, first graph, pooled over seeds; dotted: medians. Setup: {style.describe_clock(plain, topology)}. "
-        f"Source: {_source(ctx, jobs)}."
+        f"Source: {source_of(ctx, jobs)}."
     )
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption), "clock")
 
@@ -201,7 +201,7 @@ def agreement(ctx: Context) -> Drawn:
     frame = ctx.summaries(jobs)
     fig, axes = style.figure(2, 1, width=5.4, height=3.8)
     if frame.empty:
-        return _no_runs(ctx, fig, axes, name, title, source="clock")
+        return no_runs(ctx, fig, axes, name, title, source="clock")
     cuts = agreement_frame(ctx, jobs)
     ax = axes[0, 0]
     handles = []
@@ -238,7 +238,7 @@ def agreement(ctx: Context) -> Drawn:
         color="0.25",
         transform=ax.get_yaxis_transform(),
     )
-    plain, topology = _setup(ctx, jobs)
+    plain, topology = job_setup(ctx, jobs)
     link_mean = load.delay_mean(plain, "link")
     preset = 1000 * _preset_control(ctx)
     for a in axes.flat:
@@ -293,7 +293,7 @@ def agreement(ctx: Context) -> Drawn:
         f"(solid) and against cb-Full without a barrier (dashed); x: where the mean cut falls below "
         f"{rules.percent(rules.C2.reproduced)}: "
         f"{lines}. (b) Mean iteration durations. Setup: {style.describe_clock(plain, topology)}. "
-        f"Source: {_source(ctx, jobs)}."
+        f"Source: {source_of(ctx, jobs)}."
     )
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption), "clock")
 
@@ -334,7 +334,7 @@ def min_neighbors(ctx: Context) -> Drawn:
     clock, train = min_neighbors_frame(ctx)
     fig, axes = style.figure(3, 1, width=4.4, height=3.6)
     if clock.empty and train.empty:
-        return _no_runs(ctx, fig, axes, name, title, source="clock + training")
+        return no_runs(ctx, fig, axes, name, title, source="clock + training")
     colors = style.palette([REFERENCE, DYBW])
     panels = [
         ("mean_iteration_duration", "mean iteration duration (ms)", 1000, clock),
@@ -345,7 +345,7 @@ def min_neighbors(ctx: Context) -> Drawn:
         ax = axes[0, col]
         dybw = frame[frame["algo"] == "cb_dybw"] if not frame.empty else frame
         if dybw.empty:
-            _no_data(ax)
+            no_data(ax)
             continue
         stats = dybw.groupby("m")[value].agg(["mean", "std", "count"]).reset_index()
         ax.errorbar(
@@ -377,7 +377,7 @@ def min_neighbors(ctx: Context) -> Drawn:
     handles = [Line2D([], [], color=colors[DYBW], marker="o", lw=1.8), Line2D([], [], color=colors[REFERENCE], ls="--")]
     style.top_legend(fig, handles, ["cb-DyBW(m)", "cb-Full"])
     jobs = ctx.completed_jobs(ctx.select(spec="min_neighbors"))
-    plain, topology = _setup(ctx, jobs or ctx.jobs)
+    plain, topology = job_setup(ctx, jobs or ctx.jobs)
     target = train["target_accuracy"].iloc[0] if not train.empty and "target_accuracy" in train else math.nan
     caption = (
         f"cb-DyBW lets a worker stop once it has its own update and m neighbours' (lock-step: once every worker "
@@ -385,7 +385,7 @@ def min_neighbors(ctx: Context) -> Drawn:
         f"{style.seeds_text(clock['seed'].unique()) if not clock.empty else 'no seeds'}; dashed: cb-Full. A larger m "
         f"waits longer and averages more neighbours. (c) Virtual time until the average model's test accuracy "
         f"reaches {target:g} in training runs on the first graph (labels: runs that reached it). "
-        f"Setup: {style.describe_clock(plain, topology)}. Source: {_source(ctx, jobs)}."
+        f"Setup: {style.describe_clock(plain, topology)}. Source: {source_of(ctx, jobs)}."
     )
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption), "clock + training")
 
@@ -423,7 +423,7 @@ def wall_vs_virtual(ctx: Context) -> Drawn:
     pairs = wall_pairs(ctx)
     fig, axes = style.figure(2, 2, width=5.2, height=3.4)
     if not pairs:
-        return _no_runs(ctx, fig, axes, name, title, source="training, wall clock + virtual clock")
+        return no_runs(ctx, fig, axes, name, title, source="training, wall clock + virtual clock")
     labels = style.ordered([p["label"] for p in pairs])
     colors = style.palette(labels)
     updates = [u for u in ("atc", "cta") if any(p["update"] == u for p in pairs)]
@@ -431,7 +431,7 @@ def wall_vs_virtual(ctx: Context) -> Drawn:
     for col in range(2):
         ax = axes[0, col]
         if col >= len(updates):
-            _no_data(ax)
+            no_data(ax)
             continue
         for p in (p for p in pairs if p["update"] == updates[col]):
             for clock, dash in (("wall", "-"), ("virtual", "--")):
@@ -486,7 +486,7 @@ def wall_vs_virtual(ctx: Context) -> Drawn:
         f"(d) Mean backups (unused neighbours) per worker and iteration.{load_text} Setup: "
         f"{style.describe_clock(plain, topology)}; {style.describe_training(plain)}. "
         f"Compare one pair: python -m dybw.compare_clocks <wall job> <virtual job>. "
-        f"Source: {_source(ctx, [p['wall_job'] for p in pairs])}."
+        f"Source: {source_of(ctx, [p['wall_job'] for p in pairs])}."
     )
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption), "training, wall + virtual")
 
@@ -602,7 +602,7 @@ BASELINE_ORDER = [
 ]
 
 
-def _order(methods) -> list[str]:
+def baseline_order(methods) -> list[str]:
     def rank(method):
         for i, prefix in enumerate(BASELINE_ORDER):
             if method.startswith(prefix):
@@ -621,14 +621,14 @@ def baselines(ctx: Context) -> Drawn:
     columns = [(p, s) for p in presets for s in splits] or [("", "")]
     fig, axes = style.figure(len(columns), 2, width=4.0, height=3.4)
     if frame.empty:
-        return _no_runs(ctx, fig, axes, name, title)
+        return no_runs(ctx, fig, axes, name, title)
     shown = frame[frame["chosen"]].copy()
     # One bar per family: the best static b or deadline may differ between panels, so their bar is named
     # after the family and labelled with the panel's choice.
     tuned = shown["family"].isin(["cb_static", "cb_timeout"])
     shown["choice"] = np.where(tuned, shown["method"].str.extract(r"\((.*)\)$", expand=False).fillna(""), "")
     shown.loc[tuned, "method"] = shown.loc[tuned, "method"].str.replace(r" \(.*\)$", "", regex=True) + " (best)"
-    methods = _order(shown["method"])
+    methods = baseline_order(shown["method"])
     colors = {m: style.EXTRA[i % len(style.EXTRA)] for i, m in enumerate(methods)}
     for m in methods:
         rows = shown[shown["method"] == m]
@@ -659,7 +659,7 @@ def baselines(ctx: Context) -> Drawn:
             ax.set_title(f"{preset}, {split}" if row_index == 0 else "")
     style.panel_letters(axes)
     jobs = ctx.completed_jobs(ctx.select(spec="baselines"))
-    plain, topology = _setup(ctx, jobs)
+    plain, topology = job_setup(ctx, jobs)
     picked = "; ".join(
         f"{p}/{s}: " + ", ".join(sorted(set(frame[(frame['preset'] == p) & (frame['split'] == s) & frame['chosen']
                                               & frame['algo'].isin(['cb_static', 'cb_timeout'])]['method'])))
@@ -673,6 +673,6 @@ def baselines(ctx: Context) -> Drawn:
         f"cb-Full (no barrier) runs without one. cb-Static and cb-Timeout: the best b and deadline in hindsight "
         f"(lowest mean time to target) among those run: {picked}. Presets: 'paper' (communication-dominated) and "
         f"'compute_bound' (compute-dominated). Setup: {style.describe_training(plain, splits=splits)}. "
-        f"Source: {_source(ctx, jobs)}."
+        f"Source: {source_of(ctx, jobs)}."
     )
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption))

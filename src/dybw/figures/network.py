@@ -22,8 +22,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from . import analysis, load, style
-from .plots import Context, Drawn, _no_data, _no_runs, _source
 from .registry import figure
+from .scaffold import Context, Drawn, no_data, no_runs, source_of
 
 SPEC = "real_network"
 # Written by `make real-network` beside the runs: the links' rates as tc had them (tests/cluster/hosts.sh).
@@ -128,7 +128,7 @@ def real_network(ctx: Context) -> Drawn:
     found = runs(ctx)
     fig, axes = style.figure(2, 2, width=5.2, height=3.4)
     if not found:
-        return _no_runs(ctx, fig, axes, name, title, source="training, wall clock on emulated hosts")
+        return no_runs(ctx, fig, axes, name, title, source="training, wall clock on emulated hosts")
     groups = _groups(found)
     labels = style.ordered([r["label"] for r in found])
     colors = style.palette(labels)
@@ -161,7 +161,7 @@ def real_network(ctx: Context) -> Drawn:
             values = np.sort(1000 * np.concatenate([r[source]["durations"][clock] for r in chosen]))
             ax.plot(values, np.arange(1, len(values) + 1) / len(values), color=colors[label], ls=dash, lw=1.3)
     if not lockstep:
-        _no_data(ax, "no lock-step run replayed")
+        no_data(ax, "no lock-step run replayed")
     ax.set_xscale("log")
     style.plain_log_ticks(ax, "x")
     ax.set_xlabel("iteration duration T(k) (ms, log scale)")
@@ -251,7 +251,7 @@ def _caption(ctx: Context, found: list[dict]) -> str:
         f"Median measured delay of each directed link, over every run and iteration. (d) Share of (worker, "
         f"iteration) pairs whose used set S_j(k) the replay gives as measured. Setup: "
         f"{style.describe_graph(plain, topology)}; {style.describe_training(plain)}. Replay one run: python -m "
-        f"dybw.replay <job dir>. Source: {_source(ctx, [r['job'] for r in found])}."
+        f"dybw.replay <job dir>. Source: {source_of(ctx, [r['job'] for r in found])}."
     )
 
 

@@ -8,78 +8,22 @@ same delays and minibatches) are computed in :mod:`.analysis`.
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from . import analysis, load, rules, style
 from .registry import figure
-from .specs import Job, Spec
-
-
-@dataclass
-class Context:
-    spec: Spec
-    jobs: list[Job]  # the spec's own jobs and those of the specs it takes jobs from
-    results: Path
-    out: Path
-    quick: bool
-    command: str
-    conf_dir: Path
-
-    @property
-    def title(self) -> str:
-        """The spec's title, naming the data its training runs really use (``--quick``: synthetic)."""
-        return title_for_data(self.spec.title, {j.plain["dataset"]["name"] for j in self.jobs if j.kind == "train"})
-
-    def select(self, spec: str | None = None, kind: str | None = None, **params) -> list[Job]:
-        jobs = [j for j in self.jobs if (spec is None or j.spec == spec) and (kind is None or j.kind == kind)]
-        for key, value in params.items():
-            jobs = [j for j in jobs if j.params.get(key) == value]
-        return jobs
-
-    def summaries(self, jobs: list[Job] | None = None) -> pd.DataFrame:
-        """Summaries of the completed runs of exactly these configs."""
-        frame = load.summaries(self.jobs if jobs is None else jobs, self.results)
-        if frame.empty:
-            return frame
-        return frame[frame["current"] & (frame["status"] == "completed")].reset_index(drop=True)
-
-    def metrics(self, jobs: list[Job]) -> pd.DataFrame:
-        return load.metrics(self.completed_jobs(jobs), self.results)
-
-    def completed_jobs(self, jobs: list[Job]) -> list[Job]:
-        """The jobs with a completed run of exactly their config."""
-        frame = self.summaries(jobs) if jobs else pd.DataFrame()
-        done = set(frame["job"]) if not frame.empty else set()
-        return [j for j in jobs if str(j.relative_dir) in done]
-
-
-@dataclass
-class Drawn:
-    name: str
-    title: str
-    caption: str
-    files: list[Path] = field(default_factory=list)
-    source: str = "training"
-
-
-def _no_data(ax, text="no completed runs"):
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
-    ax.set_xticks([])
-    ax.set_yticks([])
-
-
-def _no_runs(ctx, fig, axes, name: str, title: str, source: str = "training") -> Drawn:
-    """The figure of a spec none of whose runs completed: every panel says so."""
-    for ax in axes.flat:
-        _no_data(ax)
-    return Drawn(
-        name, title, "no completed runs", style.finish(fig, ctx.out, name, title, "No completed runs."), source
-    )
+from .scaffold import (
+    Context,
+    Drawn,
+    dataset_name,
+    job_setup,
+    no_data,
+    no_runs,
+    source_of,
+)
+from .specs import Job
 
 
 def _seed_band(frame: pd.DataFrame, x: str, y: str, points: int = 200):
@@ -118,16 +62,6 @@ def _accuracy_limits(ax, frame, iterations):
         ax.set_ylim(max(0.0, late.min() - 0.03), min(1.0, late.max() + 0.015))
 
 
-def _setup(ctx: Context, jobs: list[Job]) -> tuple[dict, dict | None]:
-    job = jobs[0]
-    return job.plain, load.topology(job, ctx.results)
-
-
-def _source(ctx: Context, jobs: list[Job]) -> str:
-    experiments = sorted({j.experiment for j in jobs})
-    return ", ".join(f"{ctx.results.name}/{e}/" for e in experiments)
-
-
 # ------------------------------------------------------------------------------------------------------
 @figure("convergence")
 def convergence(ctx: Context) -> Drawn:
@@ -136,10 +70,10 @@ def convergence(ctx: Context) -> Drawn:
     fig, axes = style.figure(2, 2, width=5.2, height=3.4)
     name, title = ctx.spec.name, ctx.title
     if frame.empty:
-        return _no_runs(ctx, fig, axes, name, title)
+        return no_runs(ctx, fig, axes, name, title)
     labels = style.ordered(frame["label"])
     colors = style.palette(labels)
-    plain, topology = _setup(ctx, jobs)
+    plain, topology = job_setup(ctx, jobs)
     handles = []
     for row, (y, ylabel) in enumerate(
         [("train_loss", "training loss (average model)"), ("test_accuracy", "test accuracy (average model)")]
@@ -183,7 +117,7 @@ def convergence(ctx: Context) -> Drawn:
         f"{style.describe_evaluation(plain)}. Setup: "
         f"{style.describe_clock(plain, topology)}; {style.describe_training(plain)}. cb-Static's b is "
         f"clamped per worker to at most d_j-1. Every algorithm sees the same delays and minibatches per seed. "
-        f"Source: training runs (local backend, virtual clock), {_source(ctx, jobs)}."
+        f"Source: training runs (local backend, virtual clock), {source_of(ctx, jobs)}."
     )
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption))
 
@@ -199,7 +133,7 @@ def convergence_sweeps(ctx: Context) -> Drawn:
     fig, axes = style.figure(max(1, len(sweeps)), 3, width=4.6, height=3.0)
     name, title = ctx.spec.name, ctx.title
     if frame.empty:
-        return _no_runs(ctx, fig, axes, name, title)
+        return no_runs(ctx, fig, axes, name, title)
     labels = style.ordered(frame["label"])
     colors = style.palette(labels)
     handles, setups = {}, []
@@ -214,7 +148,7 @@ def convergence_sweeps(ctx: Context) -> Drawn:
         for row, (x, y, ylabel) in enumerate(panels):
             ax = axes[row, col]
             if rows.empty:
-                _no_data(ax)
+                no_data(ax)
                 ax.set_title(sweep)
                 continue
             for handle in _curves(ax, rows, x, y, labels, colors):
@@ -240,46 +174,20 @@ def convergence_sweeps(ctx: Context) -> Drawn:
     style.panel_letters(axes)
     ordered = [h for label, h in handles.items()]
     style.top_legend(fig, ordered, [h.get_label() for h in ordered])
-    plain, topology = _setup(ctx, jobs)
+    plain, topology = job_setup(ctx, jobs)
     caption = (
         f"Columns: {'; '.join(setups)}. Lines: mean over {style.seeds_text(frame['seed'].unique())}"
         f" (bands: +-1 standard deviation when there are several); dotted: the target accuracy. Clock: "
         f"{style.describe_clock(plain, topology)}. Every algorithm sees the same delays and minibatches per seed. "
-        f"Source: training runs (virtual clock), {_source(ctx, jobs)}."
+        f"Source: training runs (virtual clock), {source_of(ctx, jobs)}."
     )
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption))
 
 
 def _group_names(frame: pd.DataFrame, specs: list[str]) -> dict[str, str]:
     """Display name of each spec's runs: its dataset, plus the spec when two specs share a dataset."""
-    names = {s: _dataset_name(frame[frame["spec"] == s]["dataset"].iloc[0]) for s in specs}
+    names = {s: dataset_name(frame[frame["spec"] == s]["dataset"].iloc[0]) for s in specs}
     return {s: (n if list(names.values()).count(n) == 1 else f"{n}\n({s})") for s, n in names.items()}
-
-
-DATASET_NAMES = {"mnist": "MNIST", "cifar10": "CIFAR-10", "synthetic": "synthetic"}
-
-
-def _dataset_name(name: str) -> str:
-    return DATASET_NAMES.get(name, name)
-
-
-def title_for_data(title: str, datasets: set[str]) -> str:
-    """``title`` with each dataset it names but no run uses replaced by the datasets the runs do use.
-
-    A spec's title names the paper's data ("MNIST: convergence of ..."); ``make figures-quick`` runs the
-    same specs on synthetic data, and its figures must say so ("Synthetic data: convergence of ...").
-    """
-    if not datasets:
-        return title
-    used = " and ".join(_dataset_name(d) for d in sorted(datasets))
-    used = used + " data" if datasets == {"synthetic"} else used
-    spec_title = title
-    for key, shown in DATASET_NAMES.items():
-        if key not in datasets:
-            title = re.sub(rf"(?<![\w-]){re.escape(shown)}(?![\w-])", used, title)
-    if title != spec_title and title.startswith(used):  # "synthetic data: ..." opens a sentence
-        title = title[:1].upper() + title[1:]
-    return title  # a spec's own title keeps its case ("cb-DyBW against ...")
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -293,7 +201,7 @@ def backups(ctx: Context) -> Drawn:
     clock = ctx.completed_jobs(ctx.select(spec=ctx.spec.name, kind="clock"))
     fig, axes = style.figure(3, 1, width=4.6, height=3.5)
     if not train and not clock:
-        return _no_runs(ctx, fig, axes, name, title, source="training + clock")
+        return no_runs(ctx, fig, axes, name, title, source="training + clock")
     labels = style.ordered(load.algo_label(j.plain) for j in train)
     colors = style.palette(labels or [analysis.DYBW])
     # (a) mean over workers of b_j(k), per iteration
@@ -319,10 +227,10 @@ def backups(ctx: Context) -> Drawn:
             ax.fill_between(k, mean - std, mean + std, color=colors[label], alpha=0.18, lw=0)
         handles.append(line)
     if not handles:
-        _no_data(ax)
+        no_data(ax)
     ax.set_xlabel("iteration k")
     ax.set_ylabel("backup workers, mean over workers")
-    ax.set_title(f"backups over time ({_dataset_name(first_dataset or '')})")
+    ax.set_title(f"backups over time ({dataset_name(first_dataset or '')})")
     ax.set_ylim(bottom=0)
     # (b) a few workers of cb-DyBW, seed 0
     ax = axes[0, 1]
@@ -353,7 +261,7 @@ def backups(ctx: Context) -> Drawn:
         ax.legend(loc="upper right", fontsize=8, ncol=1)
         ax.set_ylim(-0.3, degrees[picks].max() + 0.8)
     else:
-        _no_data(ax)
+        no_data(ax)
     ax.set_xlabel("iteration k")
     ax.set_ylabel("backup workers b_j(k)")
     ax.set_title("cb-DyBW, individual workers (seed 0)")
@@ -384,7 +292,7 @@ def backups(ctx: Context) -> Drawn:
         ax.set_ylim(0, 128)
         ax.legend(loc="upper center", fontsize=8, ncol=2, handlelength=1.2, columnspacing=0.8)
     else:
-        _no_data(ax)
+        no_data(ax)
     ax.set_ylabel("messages used by the receiver (%)")
     ax.set_title("cb-DyBW drops slow senders (clock)")
     style.panel_letters(axes)
@@ -401,14 +309,14 @@ def backups(ctx: Context) -> Drawn:
             f"and out of the others, without and with slow links "
             f"({style.describe_delay(slow_job.plain['straggler']['link'])}). "
         )
-    plain, topology = _setup(ctx, dybw or train or clock)
+    plain, topology = job_setup(ctx, dybw or train or clock)
     caption = (
         f"(a) Mean over workers of the backup count b_j(k) = d_j - |S_j(k)| per iteration (first "
         f"{min(WINDOW_A, train[0].plain['iterations']) if train else WINDOW_A} iterations), mean over {seeds} "
         f"(band +-1 std), from the training runs' timeline.parquet; cb-Static's count is fixed up to clamping "
         f"and ties. (b) b_j(k) of three workers (lowest, median, highest degree d, dotted) over the first "
         f"iterations. {clock_text}Setup: {style.describe_clock(plain, topology)}. Source: "
-        f"{_source(ctx, dybw + clock)}."
+        f"{source_of(ctx, dybw + clock)}."
     )
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption), source="training + clock")
 
@@ -421,7 +329,7 @@ def speedup(ctx: Context) -> Drawn:
     frame = ctx.summaries(jobs)
     fig, axes = style.figure(3, 1, width=4.6, height=3.7)
     if frame.empty:
-        return _no_runs(ctx, fig, axes, name, title)
+        return no_runs(ctx, fig, axes, name, title)
     labels = style.ordered(frame["label"])
     colors = style.palette(labels)
     sweeps = list(dict.fromkeys(frame["sweep"]))
@@ -499,7 +407,7 @@ def speedup(ctx: Context) -> Drawn:
     ax.set_ylim(bottom=0)
     style.panel_letters(axes)
     style.top_legend(fig, [h for h, _ in handles], [t for _, t in handles], ncol=min(3, len(handles)))
-    plain, topology = _setup(ctx, jobs)
+    plain, topology = job_setup(ctx, jobs)
     reached, total = int(frame["iterations_to_target"].notna().sum()), len(frame)
     rules = "; ".join(
         f"'{s}': step "
@@ -524,7 +432,7 @@ def speedup(ctx: Context) -> Drawn:
         f"{', '.join(str(n) for n in sorted(frame['num_workers'].unique()))}: {rules}. "
         f"Setup: Erdos-Renyi graphs (p={plain['topology'].get('p')}) of N workers, delays "
         f"'{plain['straggler']['name']}'; {style.describe_training(plain, step=False)}. "
-        f"Source: training runs, {_source(ctx, jobs)}."
+        f"Source: training runs, {source_of(ctx, jobs)}."
     )
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption))
 
@@ -537,11 +445,11 @@ def noniid(ctx: Context) -> Drawn:
     frame = ctx.metrics(jobs)
     fig, axes = style.figure(3, 1, width=4.6, height=3.6)
     if frame.empty:
-        return _no_runs(ctx, fig, axes, name, title)
+        return no_runs(ctx, fig, axes, name, title)
     labels = style.ordered(frame["label"])
     colors = style.palette(labels)
     splits = list(dict.fromkeys(frame["split"]))
-    plain, topology = _setup(ctx, jobs)
+    plain, topology = job_setup(ctx, jobs)
     handles = []
     for col, (x, xlabel) in enumerate([("iteration", "iteration k"), ("time", "virtual time (s)")]):
         ax = axes[0, col]
@@ -607,7 +515,7 @@ def noniid(ctx: Context) -> Drawn:
         f"{plain['target_accuracy']:g}. (c) Final test accuracy (error bars +-1 std); the label is the paired "
         f"reduction of the mean iteration duration vs cb-Full. Setup: {style.describe_clock(plain, topology)}; "
         f"{style.describe_training(plain).replace('i.i.d. split', 'split as shown')}. "
-        f"Source: training runs, {_source(ctx, jobs)}."
+        f"Source: training runs, {source_of(ctx, jobs)}."
     )
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption))
 
@@ -619,7 +527,7 @@ def _delay_ratio(plain: dict) -> float:
     return delay_spec(plain["straggler"]["link"]).mean / delay_spec(plain["straggler"]["compute"]).mean
 
 
-def _paper_ratio(ctx: Context) -> float | None:
+def paper_ratio(ctx: Context) -> float | None:
     """The mean link / mean compute delay of the ``paper`` straggler preset, as composed (its defaults too)."""
     from ..cli import compose_job
 
@@ -660,7 +568,7 @@ def ratio(ctx: Context) -> Drawn:
     frame = ctx.summaries(jobs)
     fig, axes = style.figure(3, 1, width=4.6, height=3.6)
     if frame.empty:
-        return _no_runs(ctx, fig, axes, name, title, source="clock")
+        return no_runs(ctx, fig, axes, name, title, source="clock")
     by_job = {str(j.relative_dir): j for j in jobs}
     frame["ratio"] = [_delay_ratio(by_job[j].plain) for j in frame["job"]]
     labels = style.ordered(frame["label"])
@@ -743,7 +651,7 @@ def ratio(ctx: Context) -> Drawn:
     ax.set_ylabel("mean iteration duration (ms, log)")
     ax.set_title("iteration duration vs delay mix")
     # the 'paper' preset's own ratio (conf/straggler/paper.yaml)
-    preset = _paper_ratio(ctx)
+    preset = paper_ratio(ctx)
     if preset is not None:
         for a in axes.flat:
             a.axvline(preset, color="0.3", ls=":", lw=1)
@@ -751,7 +659,7 @@ def ratio(ctx: Context) -> Drawn:
         style.plain_log_ticks(a, "x")
     style.panel_letters(axes)
     style.top_legend(fig, [h for h, _ in handles], [t for _, t in handles])
-    plain, topology = _setup(ctx, jobs)
+    plain, topology = job_setup(ctx, jobs)
     swept = sorted({_delay_ratio(j.plain) for j in jobs})
     scales = sorted({j.plain["straggler"]["link"]["scale"] for j in jobs})
     level = rules.C2.reproduced
@@ -788,7 +696,7 @@ def static_b(ctx: Context) -> Drawn:
     frame = ctx.summaries(clock)
     fig, axes = style.figure(3, 1, width=4.6, height=3.6)
     if not clock and not train:
-        return _no_runs(ctx, fig, axes, name, title, source="clock + training")
+        return no_runs(ctx, fig, axes, name, title, source="clock + training")
     colors = style.palette(style.ORDER)
     static_color = style.EXTRA[0]
     handles = []
@@ -830,8 +738,8 @@ def static_b(ctx: Context) -> Drawn:
         axes[0, 0].set_title("iteration duration vs b (clock)")
         axes[0, 1].set_title("neighbours used vs b (clock)")
     else:
-        _no_data(axes[0, 0])
-        _no_data(axes[0, 1])
+        no_data(axes[0, 0])
+        no_data(axes[0, 1])
     ax = axes[0, 2]
     summary = ctx.summaries(train)
     first = summary["dataset"].iloc[0] if not summary.empty else None
@@ -854,14 +762,14 @@ def static_b(ctx: Context) -> Drawn:
         ticks = [name.replace("cb-Static ", "Static\n").replace("cb-", "") for name in labels]
         ax.set_xticks(range(len(labels)), ticks)
         ax.set_ylabel("virtual time to target (s)")
-        ax.set_title(f"time to target, training ({_dataset_name(first)})")
+        ax.set_title(f"time to target, training ({dataset_name(first)})")
         ax.margins(y=0.15)
     else:
-        _no_data(ax)
+        no_data(ax)
     style.panel_letters(axes)
     if handles:
         style.top_legend(fig, [h for h, _ in handles], [t for _, t in handles])
-    plain, topology = _setup(ctx, clock or train)
+    plain, topology = job_setup(ctx, clock or train)
     target = train[0].plain["target_accuracy"] if train else math.nan
     finding = ""
     if not frame.empty and (frame["algo"] == "cb_dybw").any():
@@ -888,6 +796,6 @@ def static_b(ctx: Context) -> Drawn:
         f"iterations but each worker averages fewer neighbours.{finding} (c) Time until the test accuracy "
         f"reaches {target:g} in the training runs (labels: "
         f"runs that reached it). Setup: {style.describe_clock(plain, topology)}. Source: "
-        f"{_source(ctx, clock + train)}."
+        f"{source_of(ctx, clock + train)}."
     )
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption), "clock + training")

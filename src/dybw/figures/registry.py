@@ -1,7 +1,7 @@
 """Figures by name: an experiment spec's ``figure:`` key names a drawing function registered here.
 
-A drawing function takes the spec's :class:`~dybw.figures.plots.Context` (its jobs, the results root, the
-output folder) and returns a :class:`~dybw.figures.plots.Drawn`; :func:`dybw.figures.style.finish` puts
+A drawing function takes the spec's :class:`~dybw.figures.scaffold.Context` (its jobs, the results root, the
+output folder) and returns a :class:`~dybw.figures.scaffold.Drawn`; :func:`dybw.figures.style.finish` puts
 the title, legend and caption on the figure and saves it.  The built-in figures register themselves in
 their modules; a figure of one's own registers the same way from a plugin (a package's ``dybw.plugins``
 entry point, docs/extending.md)::

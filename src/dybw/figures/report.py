@@ -19,7 +19,7 @@ import pandas as pd
 from ..results import atomic_write_json, atomic_write_text
 from . import analysis, load, rules, style
 from .analysis import DYBW, fmt_pm
-from .plots import Context, _dataset_name
+from .scaffold import Context, dataset_name
 from .specs import Spec, run_py_commands
 
 PAPER = {
@@ -68,7 +68,7 @@ def _per_dataset(ctx: Context, with_shards: bool = False) -> list[tuple[str, pd.
     if missing:  # a dataset without runs: the claim cannot be checked on every dataset
         ctx.missing = missing
     groups = [(spec, frame) for spec, frame in groups if not frame.empty]
-    names = [_dataset_name(frame["dataset"].iloc[0]) for _, frame in groups]
+    names = [dataset_name(frame["dataset"].iloc[0]) for _, frame in groups]
     tasks = [
         (name if names.count(name) == 1 else f"{name} ({spec})", frame) for name, (spec, frame) in zip(names, groups)
     ]
@@ -76,7 +76,7 @@ def _per_dataset(ctx: Context, with_shards: bool = False) -> list[tuple[str, pd.
         shards = ctx.summaries(ctx.select(spec="noniid"))
         shards = shards[shards["split"] != "iid"] if not shards.empty else shards
         if not shards.empty:
-            tasks.append((f"{_dataset_name(shards['dataset'].iloc[0])}, {shards['split'].iloc[0]}", shards))
+            tasks.append((f"{dataset_name(shards['dataset'].iloc[0])}, {shards['split'].iloc[0]}", shards))
     return tasks
 
 
@@ -200,12 +200,12 @@ def _delay_mix(ctx: Context) -> str:
         f" The cut depends on the delay mix (ratio.png, virtual clock): {where}; with compute-dominated delays "
         f"(ratio {means.index[0]:.2g}) it is {100 * means.iloc[0]:.0f} %, at ratio {means.index[-1]:.2g} "
         f"{100 * means.iloc[-1]:.0f} %. The 'paper' preset's ratio is "
-        f"{_paper_ratio(ctx):.2g}."
+        f"{paper_ratio(ctx):.2g}."
     )
 
 
-def _paper_ratio(ctx: Context) -> float:
-    from .plots import _paper_ratio as ratio_of_preset
+def paper_ratio(ctx: Context) -> float:
+    from .plots import paper_ratio as ratio_of_preset
 
     value = ratio_of_preset(ctx)
     return value if value is not None else math.nan
@@ -376,7 +376,7 @@ def claim_c4(ctx: Context) -> Claim:
     mean_b = analysis.mean_std([p["mean"] for p in per_seed])
     lo = analysis.mean_std([p["p05"] for p in per_seed])
     hi = analysis.mean_std([p["p95"] for p in per_seed])
-    data = " and ".join(_dataset_name(d) for d in sorted({j.plain["dataset"]["name"] for j in jobs})) or "MNIST"
+    data = " and ".join(dataset_name(d) for d in sorted({j.plain["dataset"]["name"] for j in jobs})) or "MNIST"
     clock = ctx.completed_jobs(ctx.select(spec="backups", kind="clock"))
     variants = list(dict.fromkeys(j.params["variant"] for j in clock))
     usage = analysis.usage_frame(clock, ctx.results, variants[-1]) if clock else pd.DataFrame()
@@ -673,7 +673,7 @@ def section_min_neighbors(ctx: Context) -> list[str]:
 
 def section_baselines(ctx: Context) -> list[str]:
     """Beyond the paper: cb-DyBW against the methods a researcher would pick instead, ranked."""
-    from .costs import _order, baselines_frame
+    from .costs import baseline_order, baselines_frame
 
     frame = baselines_frame(ctx)
     if frame.empty:
@@ -695,7 +695,7 @@ def section_baselines(ctx: Context) -> list[str]:
     findings = []
     for (preset, split), group in frame[frame["chosen"]].groupby(["preset", "split"], sort=False):
         ranking = []
-        for method in _order(group["method"]):
+        for method in baseline_order(group["method"]):
             rows = group[group["method"] == method]
             reached, total = analysis.reached(rows)
             ranking.append((reached < total, rows["time_to_target"].mean(), method, rows, reached, total))
