@@ -332,6 +332,17 @@ def import_cycles(src: Path, package: str) -> list[list[str]]:
     return cycles
 
 
+@pytest.mark.unit
+def test_no_module_imports_another_modules_private_names():
+    found = []
+    for path in sorted((REPO / "src" / "dybw").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("dybw")):
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                found += [f"{path.relative_to(REPO)}:{node.lineno} {name}" for name in private]
+    assert not found, found
+
+
 def test_no_import_cycle_among_dybw_modules():
     assert len(list((REPO / "src" / "dybw").rglob("*.py"))) > 30
     assert import_cycles(REPO / "src", "dybw") == []
