@@ -361,7 +361,8 @@ def test_a_cut_off_mpi_job_resumes_from_its_checkpoint_with_the_uninterrupted_nu
 
 
 def test_missing_dataset_files_are_one_line_before_any_rank_starts(tmp_path):
-    """Checked once in run.py, not by R ranks racing to download: the same line as runner=local."""
+    """Checked once in run.py before any job starts, not by R ranks racing to download: the same line as
+    runner=local."""
     (tmp_path / "empty").mkdir()
     done = run_cli(
         [
@@ -376,11 +377,9 @@ def test_missing_dataset_files_are_one_line_before_any_rank_starts(tmp_path):
         timeout=300,
     )
     lines = done.stderr.strip().splitlines()
-    assert done.returncode == 1 and len(lines) == 1, done.stderr[-1500:]
-    assert "mnist: 4 file(s) missing" in lines[0] and not re.search(r"rank \d", lines[0])
-    job_dir = next((tmp_path / "results" / "adhoc").iterdir())
-    assert pd.read_json(job_dir / "summary.json", typ="series")["status"] == "failed"
-    assert not (job_dir / ".mpi").exists()  # no rank was launched
+    assert done.returncode == 2 and len(lines) == 1, done.stderr[-1500:]
+    assert "mnist: 4 file(s) missing" in lines[0] and "make data" in lines[0] and not re.search(r"rank \d", lines[0])
+    assert not (tmp_path / "results").exists()  # found before the job started: no job directory, no rank
 
 
 def test_run_py_started_as_a_world_runs_the_job_in_it(tmp_path):
