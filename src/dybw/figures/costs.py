@@ -19,21 +19,26 @@ from matplotlib.lines import Line2D
 
 from . import analysis, load, rules, style
 from .analysis import BARRIER_FREE, DYBW, PAPER_SETTING, REFERENCE
+from .frames import (
+    agreement_frame,
+    baseline_order,
+    baselines_frame,
+    break_even,
+    describe_break_even,
+    min_neighbors_frame,
+    settings_in,
+    wall_load_text,
+    wall_pairs,
+)
 from .registry import figure
 from .scaffold import Context, Drawn, job_setup, no_data, no_runs, source_of
 
-SETTING_ORDER = ["lock-step, instant", "lock-step, allreduce", "lock-step, flood", "free"]
 SETTING_NAMES = {
     "lock-step, instant": "lock-step,\ninstant agreement",
     "lock-step, allreduce": "lock-step,\nall-reduce",
     "lock-step, flood": "lock-step,\nflooded",
     "free": "no barrier\n(free)",
 }
-
-
-def settings_in(frame: pd.DataFrame) -> list[str]:
-    present = list(dict.fromkeys(frame["setting"]))
-    return [s for s in SETTING_ORDER if s in present] + [s for s in present if s not in SETTING_ORDER]
 
 
 def _spread_text(frame: pd.DataFrame) -> str:
@@ -139,51 +144,6 @@ def durations(ctx: Context) -> Drawn:
         f"Source: {source_of(ctx, jobs)}."
     )
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption), "clock")
-
-
-# ------------------------------------------------------------------------------------------------------
-def agreement_frame(ctx: Context, jobs) -> pd.DataFrame:
-    """Per agreement and control delay: cb-DyBW's paired cut against cb-Full of the same agreement, and
-    against the barrier-free cb-Full (columns ``agreement``, ``control_delay``, ``versus``, ``cut``)."""
-    frame = ctx.summaries(jobs)
-    if frame.empty:
-        return frame
-    rows = []
-    lock = frame[frame["sync"] == "lockstep"]
-    free = frame[(frame["setting"] == BARRIER_FREE) & (frame["label"] == REFERENCE)]
-    for (agreement, delay), group in lock.groupby(["agreement", "control_delay"]):
-        dybw = group[group["label"] == DYBW][["seed", "mean_iteration_duration"]]
-        for versus, ref in (("same agreement", group[group["label"] == REFERENCE]), ("no barrier", free)):
-            both = dybw.merge(ref[["seed", "mean_iteration_duration"]], on="seed", suffixes=("", "_ref"))
-            for _, row in both.iterrows():
-                rows.append(
-                    {
-                        "agreement": agreement,
-                        "control_delay": delay,
-                        "versus": versus,
-                        "seed": row["seed"],
-                        "cut": 1 - row["mean_iteration_duration"] / row["mean_iteration_duration_ref"],
-                    }
-                )
-    return pd.DataFrame(rows)
-
-
-def break_even(cuts: pd.DataFrame, agreement: str, versus: str, level: float = rules.C2.reproduced) -> float:
-    """The control delay (s) at which the mean cut falls below ``level`` (default: C2's threshold; nan: never;
-    -inf: from the start)."""
-    rows = cuts[(cuts["agreement"] == agreement) & (cuts["versus"] == versus)]
-    means = rows.groupby("control_delay")["cut"].mean().sort_index()
-    return analysis.crossing_below(means.index, means.to_numpy(), level) if len(means) else math.nan
-
-
-def describe_break_even(value: float) -> str:
-    """:func:`break_even`'s delay in words (at C2's threshold)."""
-    level = rules.percent(rules.C2.reproduced)
-    if math.isnan(value):
-        return f"never falls below {level} in the range swept"
-    if value == -math.inf:
-        return f"is below {level} even with free control messages"
-    return f"falls below {level} at a control delay of {1000 * value:.1f} ms"
 
 
 AGREEMENT_STYLE = {
@@ -308,26 +268,6 @@ def _preset_control(ctx: Context) -> float:
         return math.nan
 
 
-# ------------------------------------------------------------------------------------------------------
-def min_neighbors_frame(ctx: Context) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(clock summaries with an ``m`` column: 0 for cb-Full, training summaries of the first graph with ``m``)."""
-    clock = ctx.summaries(ctx.completed_jobs(ctx.select(spec="min_neighbors", kind="clock")))
-    # m = 1 and cb-Full are convergence_mnist's runs of the same setting: runs of other specs (other delays,
-    # models or tasks, e.g. the CNN presets) have times to target that do not compare with m > 1's
-    same_setting = ctx.select(spec="min_neighbors", kind="train") + ctx.select(spec="convergence_mnist", kind="train")
-    train = ctx.summaries(ctx.completed_jobs(same_setting))
-    for frame in (clock, train):
-        if not frame.empty:
-            frame["m"] = np.where(frame["algo"] == "cb_dybw", frame["min_neighbors"], np.nan)
-    if not train.empty:
-        first_graph = train["graph"].min()
-        train = train[
-            (train["graph"] == first_graph) & (train["split"] == "iid") & train["algo"].isin(["cb_dybw", "cb_full"])
-        ]
-        train = train[train["dataset"] == train["dataset"].iloc[0]] if not train.empty else train
-    return clock, train
-
-
 @figure("min_neighbors")
 def min_neighbors(ctx: Context) -> Drawn:
     name, title = ctx.spec.name, ctx.title
@@ -390,33 +330,6 @@ def min_neighbors(ctx: Context) -> Drawn:
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption), "clock + training")
 
 
-# ------------------------------------------------------------------------------------------------------
-def wall_pairs(ctx: Context) -> list[dict]:
-    """Per policy and update order of ``wall_vs_virtual``: the wall run and its virtual twin compared
-    (:func:`dybw.compare_clocks.compare`), with ``label``, ``update`` and the two jobs."""
-    from ..compare_clocks import compare
-
-    spec = "wall_vs_virtual"
-    wall = ctx.completed_jobs(ctx.select(spec=spec, role="wall"))
-    virtual = {
-        (j.params["variant"], j.params.get("algo.update")): j
-        for j in ctx.completed_jobs(ctx.select(spec=spec, role="virtual"))
-    }
-    pairs = []
-    for job in wall:
-        key = (job.params["variant"], job.params.get("algo.update"))
-        twin = virtual.get(key)
-        if twin is None:
-            continue
-        try:
-            result = compare(job.job_dir(ctx.results), twin.job_dir(ctx.results))
-        except (OSError, ValueError):
-            continue
-        result.update(label=load.algo_label(job.plain), update=key[1], wall_job=job, virtual_job=twin)
-        pairs.append(result)
-    return pairs
-
-
 @figure("wall_vs_virtual")
 def wall_vs_virtual(ctx: Context) -> Drawn:
     name, title = ctx.spec.name, ctx.spec.title
@@ -475,7 +388,7 @@ def wall_vs_virtual(ctx: Context) -> Drawn:
     topology = load.topology(pairs[0]["wall_job"], ctx.results)
     ratios = ", ".join(f"{label} {update.upper()} x{by[(label, update)]['ratio']:.3f}" for label, update in groups)
     shares = ", ".join(f"{100 * by[key]['same_used_set']:.0f} %" for key in groups)
-    load_text = _load_text(pairs)
+    load_text = wall_load_text(pairs)
     caption = (
         f"The same configs run twice: with runner.clock=wall ({plain['num_workers']} MPI ranks, one worker each, on "
         f"this machine's {_cores()} cores; each rank sleeps its drawn compute time, holds each message for its drawn "
@@ -505,14 +418,6 @@ def _cores() -> int:
     from ..tf_setup import usable_cores
 
     return usable_cores()
-
-
-def _load_text(pairs: list[dict]) -> str:
-    """The machine's load average while the wall runs ran (the wall clock samples it every iteration)."""
-    loads = [p["wall_load_average"] for p in pairs if math.isfinite(p.get("wall_load_average", math.nan))]
-    if not loads:
-        return ""
-    return f" Mean 1-minute load average of the machine during the wall runs: {min(loads):.1f}-{max(loads):.1f}."
 
 
 def wall_clock_section(ctx: Context) -> list[str]:
@@ -546,70 +451,12 @@ def wall_clock_section(ctx: Context) -> list[str]:
         "",
         f"The same configs on the wall clock ({plain['num_workers']} MPI ranks exchanging real messages, every "
         f"delay slept, x{plain['straggler']['time_scale']:g} time scale, {plain['iterations']} iterations, one run "
-        f"each) and on the virtual clock.{cut_text}{_load_text(pairs)}",
+        f"each) and on the virtual clock.{cut_text}{wall_load_text(pairs)}",
         "",
         *rows,
         "",
         "Figures: [wall_vs_virtual.png](wall_vs_virtual.png).",
     ]
-
-
-# ------------------------------------------------------------------------------------------------------
-def method_label(row) -> str:
-    """A baseline run's name in the comparison: its algorithm's label and how its iterations end."""
-    label = row["label"]
-    if row["algo"] in ("cb_full", "cb_dybw"):
-        return f"{label} ({'no barrier' if row['sync'] == 'free' else row['agreement']})"
-    return label
-
-
-def baselines_frame(ctx: Context) -> pd.DataFrame:
-    """Summaries of the ``baselines`` spec with ``method``, ``preset`` and the best-in-hindsight choices:
-    ``chosen`` is False for the static b and timeouts that are not their family's best (lowest mean time
-    to target per preset and split; a run that misses the target counts as missing it)."""
-    frame = ctx.summaries(ctx.completed_jobs(ctx.select(spec="baselines", kind="train")))
-    if frame.empty:
-        return frame
-    frame["method"] = [method_label(row) for _, row in frame.iterrows()]
-    frame["preset"] = [job.plain["straggler"]["name"] for job in _jobs_of(ctx, frame)]
-    frame["family"] = frame["algo"].where(frame["algo"].isin(["cb_static", "cb_timeout"]), frame["method"])
-    frame["chosen"] = True
-    for (preset, split, family), group in frame.groupby(["preset", "split", "family"]):
-        if family not in ("cb_static", "cb_timeout"):
-            continue
-        scores = group.groupby("method")["time_to_target"].agg(lambda t: t.mean() if t.notna().all() else np.inf)
-        best = scores.idxmin()
-        mask = (frame["preset"] == preset) & (frame["split"] == split) & (frame["family"] == family)
-        frame.loc[mask, "chosen"] = frame.loc[mask, "method"] == best
-    return frame
-
-
-def _jobs_of(ctx: Context, frame: pd.DataFrame):
-    by_dir = {str(j.relative_dir): j for j in ctx.jobs}
-    return [by_dir[job] for job in frame["job"]]
-
-
-BASELINE_ORDER = [
-    "cb-Full (no barrier)",
-    "cb-Full (flood)",
-    "cb-Static",
-    "cb-Timeout",
-    "cb-Adaptive",
-    "AD-PSGD",
-    "cb-DyBW (flood)",
-    "cb-DyBW (instant)",
-    "isolated (W = I)",
-]
-
-
-def baseline_order(methods) -> list[str]:
-    def rank(method):
-        for i, prefix in enumerate(BASELINE_ORDER):
-            if method.startswith(prefix):
-                return i, method
-        return len(BASELINE_ORDER), method
-
-    return sorted(dict.fromkeys(methods), key=rank)
 
 
 @figure("baselines")

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from . import analysis, load, rules, style
+from .frames import delay_ratio, paper_ratio, ratio_crossing, ratio_frame
 from .registry import figure
 from .scaffold import (
     Context,
@@ -23,7 +24,6 @@ from .scaffold import (
     no_runs,
     source_of,
 )
-from .specs import Job
 
 
 def _seed_band(frame: pd.DataFrame, x: str, y: str, points: int = 200):
@@ -520,47 +520,6 @@ def noniid(ctx: Context) -> Drawn:
     return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption))
 
 
-# ------------------------------------------------------------------------------------------------------
-def _delay_ratio(plain: dict) -> float:
-    from ..distributions import delay_spec
-
-    return delay_spec(plain["straggler"]["link"]).mean / delay_spec(plain["straggler"]["compute"]).mean
-
-
-def paper_ratio(ctx: Context) -> float | None:
-    """The mean link / mean compute delay of the ``paper`` straggler preset, as composed (its defaults too)."""
-    from ..cli import compose_job
-
-    try:
-        return _delay_ratio(compose_job(ctx.conf_dir, ["straggler=paper"]))
-    except Exception:  # noqa: BLE001 - a caption detail: missing, it reads "n/a" rather than failing the figure
-        return None
-
-
-def ratio_frame(ctx: Context, jobs: list[Job]) -> pd.DataFrame:
-    """Paired reductions of the clock sweep, with the delay ratio of each job (``ratio`` column)."""
-    frame = ctx.summaries(jobs)
-    if frame.empty:
-        return frame
-    by_job = {str(j.relative_dir): j for j in jobs}
-    frame["ratio"] = [_delay_ratio(by_job[j].plain) for j in frame["job"]]
-    red = analysis.paired(frame, "mean_iteration_duration", keys=("ratio", "seed"))
-    red["reduction"] = 1 - red["mean_iteration_duration"] / red["ref"]
-    return red
-
-
-def ratio_crossing(red: pd.DataFrame, label: str, level: float) -> float:
-    """The smallest swept ratio from which ``label``'s mean reduction stays >= ``level`` (nan if never)."""
-    if red.empty:
-        return math.nan
-    means = red[red["label"] == label].groupby("ratio")["reduction"].mean().sort_index()
-    above = means >= level
-    for i, ratio_value in enumerate(means.index):
-        if above.iloc[i:].all():
-            return float(ratio_value)
-    return math.nan
-
-
 @figure("ratio")
 def ratio(ctx: Context) -> Drawn:
     name, title = ctx.spec.name, ctx.title
@@ -570,7 +529,7 @@ def ratio(ctx: Context) -> Drawn:
     if frame.empty:
         return no_runs(ctx, fig, axes, name, title, source="clock")
     by_job = {str(j.relative_dir): j for j in jobs}
-    frame["ratio"] = [_delay_ratio(by_job[j].plain) for j in frame["job"]]
+    frame["ratio"] = [delay_ratio(by_job[j].plain) for j in frame["job"]]
     labels = style.ordered(frame["label"])
     colors = style.palette(labels)
     red = ratio_frame(ctx, jobs)
@@ -660,7 +619,7 @@ def ratio(ctx: Context) -> Drawn:
     style.panel_letters(axes)
     style.top_legend(fig, [h for h, _ in handles], [t for _, t in handles])
     plain, topology = job_setup(ctx, jobs)
-    swept = sorted({_delay_ratio(j.plain) for j in jobs})
+    swept = sorted({delay_ratio(j.plain) for j in jobs})
     scales = sorted({j.plain["straggler"]["link"]["scale"] for j in jobs})
     level = rules.C2.reproduced
     cross = ratio_crossing(red, analysis.DYBW, level)

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..results import atomic_write_json, atomic_write_text
-from . import analysis, load, rules, style
+from . import analysis, frames, load, rules, style
 from .analysis import DYBW, fmt_pm
 from .scaffold import Context, dataset_name
 from .specs import Spec, run_py_commands
@@ -53,48 +53,19 @@ def _pct(stats, digits=1):
     return fmt_pm(stats, digits, 100, " %")
 
 
-def _summaries(ctx: Context, spec: str, **params) -> pd.DataFrame:
-    return ctx.summaries(ctx.select(spec=spec, **params))
-
-
-CONVERGENCE = ("convergence_mnist", "convergence_cifar10")
-
-
-def _per_dataset(ctx: Context, with_shards: bool = False) -> list[tuple[str, pd.DataFrame]]:
-    """``(name, summaries)`` of each convergence spec (one per dataset; named by spec when datasets repeat),
-    then, with ``with_shards``, the label-shards runs of ``noniid`` (a task isolated workers cannot learn)."""
-    groups = [(spec, _summaries(ctx, spec)) for spec in CONVERGENCE]
-    missing = [spec for spec, frame in groups if frame.empty]
-    if missing:  # a dataset without runs: the claim cannot be checked on every dataset
-        ctx.missing = missing
-    groups = [(spec, frame) for spec, frame in groups if not frame.empty]
-    names = [dataset_name(frame["dataset"].iloc[0]) for _, frame in groups]
-    tasks = [
-        (name if names.count(name) == 1 else f"{name} ({spec})", frame) for name, (spec, frame) in zip(names, groups)
-    ]
-    if with_shards:
-        shards = ctx.summaries(ctx.select(spec="noniid"))
-        shards = shards[shards["split"] != "iid"] if not shards.empty else shards
-        if not shards.empty:
-            tasks.append((f"{dataset_name(shards['dataset'].iloc[0])}, {shards['split'].iloc[0]}", shards))
-    return tasks
-
-
 # --- the claims -----------------------------------------------------------------------------------------
 
 
 def claim_c2(ctx: Context) -> Claim:
     """C2 on the virtual clock (clock-only jobs: the clock does not depend on the data), under every way of
     ending a lock-step iteration and against a barrier-free cb-Full; the verdict keeps the paper's setting."""
-    from .costs import SETTING_ORDER, settings_in
-
     frame = ctx.summaries(ctx.completed_jobs(ctx.select(spec="durations", kind="clock")))
     table = [
         "| setting | algorithm | mean iteration duration | cut vs cb-Full, same setting | cut vs cb-Full, no barrier |",
         "|---|---|---|---|---|",
     ]
     values, robust = {}, []
-    for setting in settings_in(frame) if not frame.empty else SETTING_ORDER[:0]:
+    for setting in frames.settings_in(frame) if not frame.empty else frames.SETTING_ORDER[:0]:
         rows = frame[frame["setting"] == setting]
         for label in style_order(rows):
             mean_t = analysis.values(rows, "mean_iteration_duration", label=label)
@@ -155,9 +126,7 @@ def _graphs_and_seeds(frame: pd.DataFrame) -> str:
 
 def _agreement_break_even(ctx: Context) -> str:
     """Where cb-DyBW's cut falls below C2's threshold as control messages slow down (the ``agreement`` spec)."""
-    from .costs import agreement_frame, break_even, describe_break_even
-
-    cuts = agreement_frame(ctx, ctx.completed_jobs(ctx.select(spec="agreement", kind="clock")))
+    cuts = frames.agreement_frame(ctx, ctx.completed_jobs(ctx.select(spec="agreement", kind="clock")))
     if cuts.empty:
         return ""
     parts = []
@@ -166,9 +135,9 @@ def _agreement_break_even(ctx: Context) -> str:
             ("same agreement", "cb-Full under the same agreement"),
             ("no barrier", "barrier-free cb-Full"),
         ):
-            parts.append(f"{name}, vs {what}: {describe_break_even(break_even(cuts, name, versus))}")
+            parts.append(f"{name}, vs {what}: {frames.describe_break_even(frames.break_even(cuts, name, versus))}")
     ctx.break_even = {
-        f"{name}/{versus}": break_even(cuts, name, versus)
+        f"{name}/{versus}": frames.break_even(cuts, name, versus)
         for name in sorted(cuts["agreement"].unique())
         for versus in ("same agreement", "no barrier")
     }
@@ -181,16 +150,14 @@ def _agreement_break_even(ctx: Context) -> str:
 
 def _delay_mix(ctx: Context) -> str:
     """What the clock sweep of ``ratio`` says about where a cut at C2's threshold appears."""
-    from .plots import ratio_crossing, ratio_frame
-
-    red = ratio_frame(ctx, ctx.completed_jobs(ctx.select(spec="ratio", kind="clock")))
+    red = frames.ratio_frame(ctx, ctx.completed_jobs(ctx.select(spec="ratio", kind="clock")))
     if red.empty:
         return ""
     means = red[red["label"] == DYBW].groupby("ratio")["reduction"].mean().sort_index()
     if means.empty:
         return ""
     level = rules.C2.reproduced
-    cross = ratio_crossing(red, DYBW, level)
+    cross = frames.ratio_crossing(red, DYBW, level)
     where = (
         f"it reaches {rules.percent(level)} once the mean link delay is at least {cross:.2g}x the mean compute time"
         if math.isfinite(cross)
@@ -205,9 +172,7 @@ def _delay_mix(ctx: Context) -> str:
 
 
 def paper_ratio(ctx: Context) -> float:
-    from .plots import paper_ratio as ratio_of_preset
-
-    value = ratio_of_preset(ctx)
+    value = frames.paper_ratio(ctx)
     return value if value is not None else math.nan
 
 
@@ -241,7 +206,7 @@ def claim_c3(ctx: Context, groups=None) -> Claim:
         "| dataset | algorithm | iterations to target | runs reaching it | ratio vs cb-Full |",
         "|---|---|---|---|---|",
     ]
-    for name, frame in _per_dataset(ctx, with_shards=True) if groups is None else groups:
+    for name, frame in frames.per_dataset(ctx, with_shards=True) if groups is None else groups:
         stats = analysis.ratio(frame, DYBW, "iterations_to_target")
         hit = [analysis.reached(frame, label=who) for who in (DYBW, analysis.REFERENCE)]
         everyone = all(h[0] == h[1] and h[1] > 0 for h in hit)
@@ -301,7 +266,7 @@ def claim_c5(ctx: Context, groups=None) -> Claim:
         "cb-Full | time to target vs cb-Full |",
         "|---|---|---|---|---|---|---|",
     ]
-    for name, frame in _per_dataset(ctx, with_shards=True) if groups is None else groups:
+    for name, frame in frames.per_dataset(ctx, with_shards=True) if groups is None else groups:
         acc = analysis.difference(frame, DYBW, "final_test_accuracy")
         loss = analysis.difference(frame, DYBW, "final_train_loss")
         time_saved = analysis.reduction(frame, DYBW, "time_to_target")
@@ -551,7 +516,7 @@ def _cnn_claim(ctx: Context, check, key: str) -> Claim:
     """``check`` (C3 or C5) on each sweep of the ``deep`` spec: finished runs are read, never run for this table
     (``make figures ONLY=deep`` runs them)."""
     expected = Counter(j.params["sweep"] for j in ctx.select(spec=DEEP))  # runs per sweep, in the spec's order
-    frame = _summaries(ctx, DEEP) if expected else pd.DataFrame()
+    frame = frames.spec_summaries(ctx, DEEP) if expected else pd.DataFrame()
     groups = [(sweep, frame[frame["sweep"] == sweep]) for sweep in expected if not frame.empty]
     groups = [(sweep, rows) for sweep, rows in groups if not rows.empty]
     # a deep run stopped part-way leaves fewer seeds: say so, and cap the verdict, rather than judge silently
@@ -597,7 +562,7 @@ def section_floor(ctx: Context) -> list[str]:
     rows = ["| task | algorithm | final test accuracy | runs reaching the target | iterations to target |",
             "|---|---|---|---|---|"]  # fmt: skip
     notes = []
-    for name, frame in _per_dataset(ctx, with_shards=True):
+    for name, frame in frames.per_dataset(ctx, with_shards=True):
         if "isolated" not in set(frame["algo"]):
             continue
         target = frame["target_accuracy"].iloc[0]
@@ -633,9 +598,7 @@ def section_floor(ctx: Context) -> list[str]:
 
 def section_min_neighbors(ctx: Context) -> list[str]:
     """cb-DyBW's m: iteration duration, neighbours used and time to target, m = 1..4."""
-    from .costs import min_neighbors_frame
-
-    clock, train = min_neighbors_frame(ctx)
+    clock, train = frames.min_neighbors_frame(ctx)
     if clock.empty:
         return []
     rows = ["| m | mean iteration duration | neighbours used, mean \\|S_j\\| | time to target | runs reaching it |",
@@ -673,9 +636,7 @@ def section_min_neighbors(ctx: Context) -> list[str]:
 
 def section_baselines(ctx: Context) -> list[str]:
     """Beyond the paper: cb-DyBW against the methods a researcher would pick instead, ranked."""
-    from .costs import baseline_order, baselines_frame
-
-    frame = baselines_frame(ctx)
+    frame = frames.baselines_frame(ctx)
     if frame.empty:
         return []
     lines = [
@@ -695,7 +656,7 @@ def section_baselines(ctx: Context) -> list[str]:
     findings = []
     for (preset, split), group in frame[frame["chosen"]].groupby(["preset", "split"], sort=False):
         ranking = []
-        for method in baseline_order(group["method"]):
+        for method in frames.baseline_order(group["method"]):
             rows = group[group["method"] == method]
             reached, total = analysis.reached(rows)
             ranking.append((reached < total, rows["time_to_target"].mean(), method, rows, reached, total))
