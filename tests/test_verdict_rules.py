@@ -1,7 +1,7 @@
 """The verdict rules of REPRODUCTION.md (``dybw.figures.rules``): every threshold pinned at its boundary.
 
 Each threshold is checked just inside and just outside (a margin of 1e-4, far below the 0.01 by which a
-threshold could be moved unnoticed), through the functions report.py calls, then through report.py's claims
+threshold could be moved unnoticed), through the functions claims.py calls, then through claims.py's claims
 on small synthetic frames; the printed rule texts and the table of docs/figures.md must be the module's.
 """
 
@@ -43,7 +43,9 @@ def test_the_rules_import_the_standard_library_only():
 
 
 def test_importing_the_rules_and_the_report_loads_no_tensorflow():
+    import dybw.figures.claims  # noqa: F401
     import dybw.figures.report  # noqa: F401
+    import dybw.figures.sections  # noqa: F401
 
     if TF_BEFORE:
         pytest.skip("TensorFlow was loaded before this module (a session mixing tiers)")
@@ -279,7 +281,7 @@ def test_the_rules_cannot_be_changed_at_run_time():
         rules.C2.reproduced = 0.5
 
 
-# --- report.py: the real code path ----------------------------------------------------------------------
+# --- claims.py, sections.py and report.py: the real code path -----------------------------------------
 
 
 def test_reproduction_md_prints_the_rules_of_the_module():
@@ -289,20 +291,23 @@ def test_reproduction_md_prints_the_rules_of_the_module():
     assert report.PAPER["C2"] == "cb-DyBW's mean iteration duration is 65-70 % lower than cb-Full's."
 
 
-@pytest.mark.parametrize("name", ["report.py", "costs.py", "plots.py"])
+REPORT_MODULES = ["claims.py", "sections.py", "report.py"]  # what REPRODUCTION.md says, and why
+
+
+@pytest.mark.parametrize("name", [*REPORT_MODULES, "frames.py", "costs.py", "plots.py"])
 def test_no_threshold_is_typed_in_the_figure_modules(name):
-    """The claims' module types no float and no percentage but the t-interval's 95 %; the figures type
+    """The claims' modules type no float and no percentage but the t-interval's 95 %; the figures type
     neither C2's threshold nor the paper's range."""
     source = (REPO / "src" / "dybw" / "figures" / name).read_text()
     numbers = [t.string for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type == tokenize.NUMBER]
-    if name == "report.py":
-        assert not [n for n in numbers if not n.isdigit()], "a float in report.py: put it in rules.py"
+    if name in REPORT_MODULES:
+        assert not [n for n in numbers if not n.isdigit()], f"a float in {name}: put it in rules.py"
         assert set(re.findall(r"\d+(?:\.\d+)? ?%", source)) <= {"95 %"}
     assert not re.search(r"\b65\b|\b0\.65\b|\b65-70\b", source), "C2's threshold or the paper's range typed"
 
 
 class FakeContext:
-    """What the claims read from a :class:`dybw.figures.plots.Context`: the summaries of each spec."""
+    """What the claims read from a :class:`dybw.figures.scaffold.Context`: the summaries of each spec."""
 
     def __init__(self, **frames):
         self.frames, self.missing, self.results = frames, [], None
@@ -337,10 +342,10 @@ def _pairs(seeds=3, **columns):
 
 @pytest.mark.parametrize(("cut", "verdict"), [(0.65 + EPS, REPRODUCED), (0.65 - EPS, PARTLY), (0.30 - EPS, NOT)])
 def test_report_c2_judges_the_paper_setting(cut, verdict):
-    from dybw.figures import report
+    from dybw.figures import claims
 
     frame = _pairs(setting=("lock-step, instant", "lock-step, instant"), mean_iteration_duration=(1.0, 1.0 - cut))
-    claim = report.claim_c2(FakeContext(durations=frame))
+    claim = claims.claim_c2(FakeContext(durations=frame))
     assert claim.verdict == verdict
     held = "the cut stays at or above 65 % for lock-step, instant vs cb-Full, same setting"
     assert (held in claim.why) is (verdict == REPRODUCED)
@@ -351,10 +356,10 @@ def test_report_c2_judges_the_paper_setting(cut, verdict):
     [(2.0, REPRODUCED), (2.0 + EPS, PARTLY), (0.5 - EPS, PARTLY), (5.0 + EPS, NOT), (0.2 - EPS, NOT)],
 )
 def test_report_c3_on_one_task(ratio, verdict):
-    from dybw.figures import report
+    from dybw.figures import claims
 
     frame = _pairs(iterations_to_target=(100.0, 100.0 * ratio), target_accuracy=(0.9, 0.9))
-    assert report.claim_c3(SimpleNamespace(missing=[]), [("MNIST", frame)]).verdict == verdict
+    assert claims.claim_c3(SimpleNamespace(missing=[]), [("MNIST", frame)]).verdict == verdict
 
 
 @pytest.mark.parametrize(
@@ -362,14 +367,14 @@ def test_report_c3_on_one_task(ratio, verdict):
     [(0.01 - EPS, 0.5, REPRODUCED), (0.01 + EPS, 0.5, PARTLY), (0.0, 0.0, PARTLY), (-0.03 - EPS, 0.5, NOT)],
 )
 def test_report_c5_on_one_task(difference, time_cut, verdict):
-    from dybw.figures import report
+    from dybw.figures import claims
 
     frame = _pairs(
         final_test_accuracy=(0.9, 0.9 + difference),
         final_train_loss=(0.1, 0.1),
         time_to_target=(10.0, 10.0 * (1 - time_cut)),
     )
-    claim = report.claim_c5(SimpleNamespace(missing=[]), [("MNIST", frame)])
+    claim = claims.claim_c5(SimpleNamespace(missing=[]), [("MNIST", frame)])
     assert claim.verdict == verdict
     assert ("Accuracy differs by more than 3 points." in claim.why) is (verdict == NOT)
 
@@ -381,7 +386,7 @@ def test_report_c5_on_one_task(difference, time_cut, verdict):
 def test_report_c1_from_the_fitted_slopes(theorem, fixed, verdict):
     import pandas as pd
 
-    from dybw.figures import report
+    from dybw.figures import claims
 
     rows = [
         {"role": role, "sweep": role, "label": "cb-DyBW", "num_workers": n, "seed": seed, "eta0": 0.025 * n,
@@ -390,7 +395,7 @@ def test_report_c1_from_the_fitted_slopes(theorem, fixed, verdict):
         for seed in range(3)
         for n in (4, 16, 64)
     ]  # fmt: skip
-    assert report.claim_c1(FakeContext(speedup=pd.DataFrame(rows))).verdict == verdict
+    assert claims.claim_c1(FakeContext(speedup=pd.DataFrame(rows))).verdict == verdict
 
 
 @pytest.mark.parametrize(
@@ -404,7 +409,7 @@ def test_report_c1_from_the_fitted_slopes(theorem, fixed, verdict):
     ],
 )
 def test_report_c6_uses_the_c2_c3_and_c5_criteria(cut, ratio, difference, verdict):
-    from dybw.figures import report
+    from dybw.figures import claims
 
     frame = _pairs(
         split=("shards", "shards"),
@@ -413,7 +418,7 @@ def test_report_c6_uses_the_c2_c3_and_c5_criteria(cut, ratio, difference, verdic
         iterations_to_target=(100.0, 100.0 * ratio),
         final_test_accuracy=(0.9, 0.9 + difference),
     )
-    assert report.claim_c6(FakeContext(noniid=frame)).verdict == verdict
+    assert claims.claim_c6(FakeContext(noniid=frame)).verdict == verdict
 
 
 @pytest.mark.parametrize(
@@ -428,7 +433,7 @@ def test_report_c6_uses_the_c2_c3_and_c5_criteria(cut, ratio, difference, verdic
 def test_report_c4_on_backup_counts_and_usage(monkeypatch, change, slow, verdict):
     import pandas as pd
 
-    from dybw.figures import analysis, load, report
+    from dybw.figures import analysis, claims, load
 
     runs = [
         SimpleNamespace(spec="convergence_mnist", kind="train", params={}, plain={"dataset": {"name": "mnist"}})
@@ -451,14 +456,14 @@ def test_report_c4_on_backup_counts_and_usage(monkeypatch, change, slow, verdict
     monkeypatch.setattr(analysis, "usage_frame", lambda jobs, results, variant: usage)
     ctx = FakeContext()
     ctx.jobs = runs + clock
-    assert report.claim_c4(ctx).verdict == verdict
+    assert claims.claim_c4(ctx).verdict == verdict
 
 
 @pytest.mark.parametrize(("ratio", "said"), [(1.1 - EPS, "within 10 %"), (1.1 + EPS, "not within 10 %")])
 def test_report_adaptive_against_the_best_static_b(ratio, said):
     import pandas as pd
 
-    from dybw.figures import report
+    from dybw.figures import sections
 
     common = {"preset": "paper", "sync": "lockstep", "agreement": "flood", "split": "iid", "chosen": True}
     frame = pd.DataFrame(
@@ -467,7 +472,7 @@ def test_report_adaptive_against_the_best_static_b(ratio, said):
         + [{**common, "algo": "cb_static", "method": "cb-Static (b=1)", "seed": s, "time_to_target": 10.0}
            for s in range(3)]
     )  # fmt: skip
-    assert report._adaptive_vs_best_static(frame).endswith(f"the best static b (cb-Static (b=1)), {said}.")
+    assert sections._adaptive_vs_best_static(frame).endswith(f"the best static b (cb-Static (b=1)), {said}.")
 
 
 # --- docs/figures.md ------------------------------------------------------------------------------------

@@ -420,45 +420,6 @@ def _cores() -> int:
     return usable_cores()
 
 
-def wall_clock_section(ctx: Context) -> list[str]:
-    """REPRODUCTION.md: C2 measured with real messages (the wall clock against the virtual clock)."""
-    pairs = wall_pairs(ctx)
-    if not pairs:
-        return []
-    rows = ["| update | algorithm | wall (measured) | virtual | wall/virtual | same used set | backups wall/virtual |",
-            "|---|---|---|---|---|---|---|"]  # fmt: skip
-    cuts = {}
-    for p in sorted(pairs, key=lambda p: (p["update"], style.ordered([q["label"] for q in pairs]).index(p["label"]))):
-        mean, backups = p["mean_duration"], p["mean_backups"]
-        rows.append(
-            f"| {p['update'].upper()} | {p['label']} | {1000 * mean['wall']:.1f} ms | {1000 * mean['virtual']:.1f} ms "
-            f"| {p['ratio']:.3f} | {100 * p['same_used_set']:.1f} % | {backups['wall']:.2f} / {backups['virtual']:.2f}"
-            " |"
-        )
-        cuts.setdefault(p["update"], {})[p["label"]] = mean
-    findings = []
-    for update, means in cuts.items():
-        if DYBW in means and REFERENCE in means:
-            wall = 1 - means[DYBW]["wall"] / means[REFERENCE]["wall"]
-            virtual = 1 - means[DYBW]["virtual"] / means[REFERENCE]["virtual"]
-            findings.append(
-                f"{update.upper()}: {100 * wall:.1f} % measured, {100 * virtual:.1f} % on the virtual clock"
-            )
-    plain = pairs[0]["wall_job"].plain
-    cut_text = f" cb-DyBW's cut against cb-Full, {'; '.join(findings)}." if findings else ""
-    return [
-        "## C2 measured with real messages",
-        "",
-        f"The same configs on the wall clock ({plain['num_workers']} MPI ranks exchanging real messages, every "
-        f"delay slept, x{plain['straggler']['time_scale']:g} time scale, {plain['iterations']} iterations, one run "
-        f"each) and on the virtual clock.{cut_text}{wall_load_text(pairs)}",
-        "",
-        *rows,
-        "",
-        "Figures: [wall_vs_virtual.png](wall_vs_virtual.png).",
-    ]
-
-
 @figure("baselines")
 def baselines(ctx: Context) -> Drawn:
     name, title = ctx.spec.name, ctx.title

@@ -54,6 +54,11 @@ def ordered(labels) -> list[str]:
     return sorted(labels, key=lambda name: (ORDER.index(name) if name in ORDER else len(ORDER), str(name)))
 
 
+def frame_labels(frame) -> list[str]:
+    """The labels of a results frame's runs, in :func:`ordered`'s order (none for an empty frame)."""
+    return ordered(frame["label"]) if not frame.empty else []
+
+
 def palette(labels) -> dict[str, str]:
     extra = [name for name in ordered(labels) if name not in COLORS]
     return {name: color(name, extra.index(name) if name in extra else 0) for name in ordered(labels)}
