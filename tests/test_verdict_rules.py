@@ -293,8 +293,13 @@ def test_reproduction_md_prints_the_rules_of_the_module():
 
 REPORT_MODULES = ["claims.py", "sections.py", "report.py"]  # what REPRODUCTION.md says, and why
 
+DRAWING_MODULES = [
+    "convergence.py", "backups.py", "speedup.py", "ratio.py", "static_b.py",
+    "durations.py", "agreement.py", "min_neighbors.py", "wall_vs_virtual.py", "baselines.py",
+]  # fmt: skip
 
-@pytest.mark.parametrize("name", [*REPORT_MODULES, "frames.py", "costs.py", "plots.py"])
+
+@pytest.mark.parametrize("name", [*REPORT_MODULES, "frames.py", *DRAWING_MODULES])
 def test_no_threshold_is_typed_in_the_figure_modules(name):
     """The claims' modules type no float and no percentage but the t-interval's 95 %; the figures type
     neither C2's threshold nor the paper's range."""

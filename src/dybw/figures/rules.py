@@ -1,8 +1,8 @@
 """The verdict rules of REPRODUCTION.md, in one place: every threshold, the words that state it, and the
 pure functions that turn the measured statistics into a verdict.
 
-:mod:`.report` decides each claim through the functions below and prints :data:`TEXTS`; the captions of
-the ``agreement`` and ``ratio`` figures draw C2's threshold and the paper's range from here.
+:mod:`.claims` decides each claim through the functions below and :mod:`.report` prints :data:`TEXTS`;
+the captions of the ``agreement`` and ``ratio`` figures draw C2's threshold and the paper's range from here.
 docs/figures.md carries the same rules as a table (:func:`docs_table`; ``python -m dybw.figures.rules``
 prints it), and tests/test_verdict_rules.py checks both and pins every threshold at its boundary.
 
