@@ -189,8 +189,8 @@ def test_a_long_wall_clock_run_holds_only_the_current_and_next_iterations_messag
 def _batch(tmp_path, jobs: dict[str, list[str]]) -> list:
     """Run the named wall-clock jobs (4 ranks) in one MPI world; returns what each yielded."""
     from dybw.config import validate
-    from dybw.mpi.runner import MpiRunner
     from dybw.results import config_hash
+    from dybw.runners.mpi import MpiRunner
     from helpers import compose
 
     common = TINY + SLOW_DELAYS + ["num_workers=4", "topology=complete", "runner=mpi", "runner.clock=wall"]
@@ -254,7 +254,7 @@ def test_a_failed_rank_in_a_shared_world_fails_its_job_and_the_jobs_after_it(tmp
 
 
 def _no_rank_left(job_dir) -> bool:
-    out = subprocess.run(["pgrep", "-f", f"dybw.mpi {job_dir}"], capture_output=True, text=True)
+    out = subprocess.run(["pgrep", "-f", f"dybw.mpi_rank {job_dir}"], capture_output=True, text=True)
     return out.stdout.strip() == ""
 
 

@@ -210,7 +210,7 @@ def _run_wall_clock(jobs: list[Job], results: Path, progress: _Progress) -> None
 
 
 def _run_batch(batch: list[tuple[Job, object, str]], results: Path, progress: _Progress) -> None:
-    """Jobs of one :meth:`~dybw.mpi.runner.MpiRunner.batch_key` in one MPI world, a progress line each."""
+    """Jobs of one :meth:`~dybw.runners.mpi.MpiRunner.batch_key` in one MPI world, a progress line each."""
     from ..runners import RUNNERS
 
     runner = RUNNERS[batch[0][1].runner.name]

@@ -1,7 +1,7 @@
-"""The MPI runner (docs/mpi.md): the protocol executed by real MPI ranks.
+"""What ``runner=mpi`` (:mod:`dybw.runners.mpi`) runs on (docs/mpi.md): the protocol executed by real MPI ranks.
 
-- :mod:`.launch`   the parent side: ``mpiexec -n R python -m dybw.mpi <job dir>`` per job, heartbeats,
-                   timeout, naming a dead or hung rank, no orphans.
+- :mod:`.launch`   the parent side: ``mpiexec -n R python -m dybw.mpi_rank <job dir>`` per job,
+                   heartbeats, timeout, naming a dead or hung rank, no orphans.
 - :mod:`.virtual`  ``runner.clock=virtual``: ranks host groups of workers; the virtual clock decides who
                    is used, so the numbers equal the local backend's.
 - :mod:`.wall`     ``runner.clock=wall``: one worker per rank, delays really slept, times measured.

@@ -3,9 +3,9 @@ leave orphans.
 
 ``run.py`` calls :func:`launch_job` for each Hydra job; the figure pipeline calls :func:`launch_jobs` for
 its wall-clock jobs, which then share one world (and one start-up of the ranks).  Each job's resolved
-config goes to ``<job dir>/.mpi/job.json``; the world runs ``<runner.launcher> python -m dybw.mpi <job
-dir> ...`` (default ``mpiexec -n {ranks}``) in its own process group, its output (rank 0's progress bar)
-is forwarded, and the ranks' heartbeats are watched job by job, logging rank 0's log records
+config goes to ``<job dir>/.mpi/job.json``; the world runs ``<runner.launcher> python -m
+dybw.mpi_rank <job dir> ...`` (default ``mpiexec -n {ranks}``) in its own process group, its output
+(rank 0's progress bar) is forwarded, and the ranks' heartbeats are watched job by job, logging rank 0's log records
 (``.mpi/log.jsonl``) as they come.  A rank that raises (its ``.error`` file), dies (its pid vanishes) or
 hangs (no heartbeat for ``runner.timeout_s``) fails the job with that rank named; the whole process
 group is then killed, and the jobs after it are reported as not run.  Whatever rank 0 measured before
@@ -89,6 +89,10 @@ def find_launcher(program: str) -> str | None:
     return shutil.which(program)
 
 
+# What every rank runs (by name: the rank's entry point loads the job's config, which this package must not import).
+RANK_MODULE = "dybw.mpi_rank"
+
+
 def launch_command(cfg, *job_dirs: Path) -> list[str]:
     ranks = resolve_ranks(cfg)
     launcher = [part.format(ranks=ranks) for part in cfg.runner.launcher]
@@ -98,7 +102,7 @@ def launch_command(cfg, *job_dirs: Path) -> list[str]:
             f"runner.launcher={cfg.runner.launcher!r} is invalid: {launcher[0]!r} is not on PATH "
             f"(pip install mpich provides mpiexec; runner=local needs no MPI)"
         )
-    return [program, *launcher[1:], sys.executable, "-m", "dybw.mpi", *map(str, job_dirs)]
+    return [program, *launcher[1:], sys.executable, "-m", RANK_MODULE, *map(str, job_dirs)]
 
 
 # Lines the launcher restates in its one-line error: a failing rank's own message and MPICH's abort notice.

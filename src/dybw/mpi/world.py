@@ -1,5 +1,5 @@
-"""This rank's part of a job in an MPI world: :func:`run_in_world` (from ``python -m dybw.mpi``, or from
-``run.py`` started under ``mpiexec``).
+"""This rank's part of a job in an MPI world: :func:`run_in_world` (from ``python -m dybw.mpi_rank``,
+or from ``run.py`` started under ``mpiexec``).
 
 Every rank reads ``<job dir>/.mpi/job.json`` (the resolved config), builds the same graph, data and
 schedule, and runs its share; rank 0 writes the results.  A rank that fails writes its error to

@@ -1,7 +1,7 @@
 """What every runner is: a registered class that owns its config keys and executes a job.
 
 A runner is chosen by ``runner.name`` (:data:`RUNNERS`): ``local`` (one process) and ``mpi`` (MPI ranks,
-:mod:`dybw.mpi.runner`) are peers.  The class declares ``Config`` (its keys, defaults in
+:mod:`dybw.runners.mpi`) are peers.  The class declares ``Config`` (its keys, defaults in
 ``conf/runner/<name>.yaml``), the ``clocks`` it offers, :meth:`check` (its own options, and whether it
 can run the chosen algorithm) and :meth:`run`.  Nothing outside a runner imports its internals.
 """

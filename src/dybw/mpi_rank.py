@@ -1,4 +1,5 @@
-"""``python -m dybw.mpi <job dir> [<job dir> ...]``: one MPI rank of the jobs prepared by :mod:`dybw.mpi.launch`.
+"""``python -m dybw.mpi_rank <job dir> [<job dir> ...]``: one MPI rank of ``runner=mpi``'s jobs, as
+prepared by :mod:`dybw.mpi.launch`.
 
 For each job in turn, every rank reads ``<job dir>/.mpi/job.json`` (the resolved config), imports its
 ``plugins``, builds the same graph, data and schedule, and runs its share
@@ -22,7 +23,7 @@ def _exit_with_parent(parent: dict | None) -> None:
     import threading
     import time
 
-    from .health import HOST
+    from .mpi.health import HOST
 
     if not parent or parent.get("host") != HOST:
         return
@@ -41,9 +42,9 @@ def _exit_with_parent(parent: dict | None) -> None:
 
 
 def run_rank(comm, job_dir: Path) -> int:
-    from ..config import load, validate
-    from ..errors import Diverged
-    from .world import run_in_world
+    from .config import load, validate
+    from .errors import Diverged
+    from .mpi.world import run_in_world
 
     spec = json.loads((job_dir / ".mpi" / "job.json").read_text())
     _exit_with_parent(spec.get("parent"))
@@ -65,7 +66,7 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from mpi4py import MPI
 
-    from .health import LogRelay, write_error
+    from .mpi.health import LogRelay, write_error
 
     comm = MPI.COMM_WORLD
     codes = []

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Annotated
 
 from ..errors import ConfigError, DataError, DybwError
-from ..runners.base import RUNNERS, Runner, RunnerConfig
+from ..mpi import world_size_from_environment
 from ..schema import AtLeast, Choice, Finite
-from . import world_size_from_environment
+from .base import RUNNERS, Runner, RunnerConfig
 
 FAULTS = ("none", "raise", "hang", "exit")
 WAKES = ("bell", "poll")
@@ -40,7 +40,7 @@ class MpiRunner(Runner):
     @classmethod
     def check(cls, cfg, algorithm) -> None:
         super().check(cfg, algorithm)
-        from .launch import find_launcher, resolve_ranks
+        from ..mpi.launch import find_launcher, resolve_ranks
 
         runner = cfg.runner
         if cfg.resume and runner.clock == "wall":
@@ -54,7 +54,7 @@ class MpiRunner(Runner):
                 "runner.ranks", runner.ranks, f"allowed range 0..{cfg.num_workers} (num_workers; 0 = auto)"
             )
         if runner.clock == "wall":
-            from .agreements import WALL_AGREEMENTS
+            from ..mpi.agreements import WALL_AGREEMENTS
 
             WALL_AGREEMENTS.get(cfg.protocol.agreement, "protocol.agreement")  # a plugin's may lack a wall side
             if runner.ranks not in (0, cfg.num_workers):
@@ -93,7 +93,7 @@ class MpiRunner(Runner):
         if started_together > 1:
             from mpi4py import MPI
 
-            from .world import run_in_world
+            from ..mpi.world import run_in_world
 
             if MPI.COMM_WORLD.size != started_together:
                 # Each process would run the whole job alone, all into one directory.
@@ -103,7 +103,7 @@ class MpiRunner(Runner):
                     f"MPI speaks: srun --mpi=pmi2 or --mpi=pmix, or SLURM_MPI_TYPE)"
                 )
             return run_in_world(MPI.COMM_WORLD, cfg, graph, job_dir, resolved, digest)
-        from .launch import launch_job, warn_if_oversubscribed
+        from ..mpi.launch import launch_job, warn_if_oversubscribed
 
         warn_if_oversubscribed(cfg)
         _fetch_files(cfg, job_dir, digest)
@@ -112,7 +112,7 @@ class MpiRunner(Runner):
     @staticmethod
     def batch_key(cfg) -> tuple:
         """Jobs with the same key can share one MPI world (:meth:`run_batch`): same ranks, launcher, threads."""
-        from .launch import resolve_ranks
+        from ..mpi.launch import resolve_ranks
 
         return (resolve_ranks(cfg), tuple(cfg.runner.launcher), cfg.runner.threads)
 
@@ -121,7 +121,7 @@ class MpiRunner(Runner):
         """Launch ``jobs`` -- ``(cfg, job_dir, resolved, digest)`` each, one :meth:`batch_key` -- in one MPI
         world, one after the other (the ranks start once); yields each job's summary, or the exception
         that failed it, and its seconds (:func:`dybw.mpi.launch.launch_jobs`)."""
-        from .launch import launch_jobs, warn_if_oversubscribed
+        from ..mpi.launch import launch_jobs, warn_if_oversubscribed
 
         warn_if_oversubscribed(jobs[0][0])
         for cfg, job_dir, _, digest in jobs:
