@@ -304,11 +304,23 @@ def _imports(path: Path, src: Path, modules: set[str]) -> set[str]:
     return {m for m in found if m in modules}
 
 
-def import_cycles(src: Path, package: str) -> list[list[str]]:
-    """Groups of modules of ``src/<package>`` that import each other, directly or around a circle."""
+def _room(module: str, package: str) -> str:
+    """The part of the package a module belongs to: its subpackage (``dybw.mpi``) or itself (``dybw.clock``)."""
+    return ".".join(module.split(".")[: len(package.split(".")) + 1])
+
+
+def import_cycles(src: Path, package: str, by_subpackage: bool = False) -> list[list[str]]:
+    """Groups of modules of ``src/<package>`` that import each other, directly or around a circle; with
+    ``by_subpackage``, each subpackage counts as one node (a circle through two of its modules counts)."""
     files = sorted((src / package).rglob("*.py"))
     modules = {_module_name(p, src) for p in files}
-    graph = {_module_name(p, src): _imports(p, src, modules) - {_module_name(p, src)} for p in files}
+    graph = {}
+    for path in files:
+        name = _module_name(path, src)
+        imported = _imports(path, src, modules)
+        if by_subpackage:
+            name, imported = _room(name, package), {_room(m, package) for m in imported}
+        graph.setdefault(name, set()).update(imported - {name})
     index, low, stack, cycles = {}, {}, [], []
 
     def visit(v):  # Tarjan's strongly connected components
@@ -343,11 +355,20 @@ def test_no_module_imports_another_modules_private_names():
     assert not found, found
 
 
+@pytest.mark.unit
 def test_no_import_cycle_among_dybw_modules():
     assert len(list((REPO / "src" / "dybw").rglob("*.py"))) > 30
     assert import_cycles(REPO / "src", "dybw") == []
 
 
+@pytest.mark.unit
+def test_no_import_cycle_among_dybw_subpackages_and_modules():
+    """The layers read top-down (cli -> config -> runners -> mpi -> engine ...): no subpackage imports a
+    module that imports back into it, even through different modules of the subpackage."""
+    assert import_cycles(REPO / "src", "dybw", by_subpackage=True) == []
+
+
+@pytest.mark.unit
 def test_the_cycle_check_sees_a_cycle_through_function_level_imports(tmp_path):
     package = tmp_path / "pkg"
     (package / "sub").mkdir(parents=True)
@@ -357,6 +378,10 @@ def test_the_cycle_check_sees_a_cycle_through_function_level_imports(tmp_path):
     (package / "b.py").write_text("def g():\n    from .sub import a\n")
     (package / "c.py").write_text("import pkg.b\n")
     assert import_cycles(tmp_path, "pkg") == [["pkg.b", "pkg.sub.a"]]
+    (package / "sub" / "a.py").write_text("def f():\n    pass\n")
+    (package / "sub" / "main.py").write_text("from ..b import g\n")  # pkg.sub.main -> pkg.b -> pkg.sub.a
+    assert import_cycles(tmp_path, "pkg") == []
+    assert import_cycles(tmp_path, "pkg", by_subpackage=True) == [["pkg.b", "pkg.sub"]]
 
 
 def test_the_yaml_files_are_the_only_place_defaults_live():
