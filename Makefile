@@ -29,9 +29,13 @@ data:  ## link ./data to an offline copy of the datasets (DYBW_DATA_DIR, else ..
 	elif [ -d ../shared/data ]; then ln -s "$$(readlink -f ../shared/data)" data && echo "data: ./data -> ../shared/data"; \
 	else echo "data: no offline copy; dybw downloads into ./data on first use"; fi
 
-test: $(INSTALLED) data  ## every tier: unit first (a minute), then the rest, naming the 25 slowest tests
+# The tiers after `unit` on this many pytest-xdist workers (tests/conftest.py keeps the tests that share a
+# Slurm, the emulated hosts or a costly fixture on one worker, longest first).  1: one process, in order.
+TEST_WORKERS ?= 2
+
+test: $(INSTALLED) data  ## every tier: unit first (a minute), then the rest on TEST_WORKERS workers, naming the 25 slowest
 	$(PYTHON) -m pytest -q -m unit
-	$(PYTHON) -m pytest -q -m "not unit" --durations=25
+	$(PYTHON) -m pytest -q -m "not unit" --durations=25 $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 
 lint: $(INSTALLED)  ## ruff: lint and format check (make format rewrites the files)
 	$(PYTHON) -m ruff check .

@@ -23,18 +23,34 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 TIERS_BY_PLACE = {"mpi": "mpi", "test_figures.py": "figures"}  # tests/cluster/ marks its own (cluster, hosts)
 COSTLY = ("mpi", "figures", "cluster", "hosts")
 
+# Modules whose tests share one worker when pytest-xdist spreads the suite (``make test``: ``--dist loadgroup``),
+# longest chain first: one real Slurm and one set of emulated hosts (whose links a test may shape) serve a
+# test at a time, and a module-scoped fixture (the quick figure pipeline, an installed plugin) is built once.
+# The other tests are spread one by one, in the order below (xdist's own reordering is turned off).
+GROUPS = ("test_slurm.py", "test_hosts.py", "test_figures.py", "test_extending.py", "test_tracking.py")
+
 
 def pytest_collection_modifyitems(config, items):
     """Every test gets one tier by cost: ``unit`` (marked in the module), else ``cluster``/``hosts`` (marked in
     tests/cluster/), else ``mpi`` (tests/mpi/), ``figures`` (tests/test_figures.py), else ``integration``
     (training jobs, run.py in a subprocess).  ``pytest -m <tier>`` selects one; ``make test`` runs ``unit``
-    first, then the rest."""
+    first, then the rest on two xdist workers: the grouped modules first, then the ``slow`` tests (real
+    datasets, CNNs), so no long test is left for the end while the other worker idles."""
     for item in items:
+        name = Path(str(item.fspath)).name
+        if name in GROUPS:
+            item.add_marker(pytest.mark.xdist_group(name.removesuffix(".py")))
         if any(item.get_closest_marker(tier) for tier in ("unit", *COSTLY)):
             continue
         place = Path(str(item.fspath)).relative_to(REPO / "tests").parts
         tier = next((TIERS_BY_PLACE[part] for part in place if part in TIERS_BY_PLACE), "integration")
         item.add_marker(getattr(pytest.mark, tier))
+
+    def cost_rank(item) -> int:
+        name = Path(str(item.fspath)).name
+        return GROUPS.index(name) if name in GROUPS else len(GROUPS) + (item.get_closest_marker("slow") is None)
+
+    items.sort(key=cost_rank)  # stable: the collection order within a rank
 
 
 @pytest.hookimpl(tryfirst=True)  # before the fixtures of the test are set up: they may run TF too
