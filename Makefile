@@ -35,7 +35,7 @@ TEST_WORKERS ?= 2
 
 test: $(INSTALLED) data  ## every tier: unit first (a minute), then the rest on TEST_WORKERS workers, naming the 25 slowest
 	$(PYTHON) -m pytest -q -m unit
-	$(PYTHON) -m pytest -q -m "not unit" --durations=25 $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
+	$(PYTHON) -m pytest -q -m "not unit" --durations=25 $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
 
 lint: $(INSTALLED)  ## ruff: lint and format check (make format rewrites the files)
 	$(PYTHON) -m ruff check .

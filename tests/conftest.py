@@ -23,10 +23,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 TIERS_BY_PLACE = {"mpi": "mpi", "test_figures.py": "figures"}  # tests/cluster/ marks its own (cluster, hosts)
 COSTLY = ("mpi", "figures", "cluster", "hosts")
 
-# Modules whose tests share one worker when pytest-xdist spreads the suite (``make test``: ``--dist loadgroup``),
-# longest chain first: one real Slurm and one set of emulated hosts (whose links a test may shape) serve a
-# test at a time, and a module-scoped fixture (the quick figure pipeline, an installed plugin) is built once.
-# The other tests are spread one by one, in the order below (xdist's own reordering is turned off).
+# Modules whose tests share one worker when pytest-xdist spreads the suite (``make test``: ``-n 2 --dist
+# loadgroup``), longest chain first: one real Slurm and one set of emulated hosts (whose links a test may
+# shape) serve a test at a time, and a module-scoped fixture (the quick figure pipeline, an installed plugin)
+# is built once.  The other tests are spread one by one, the ``slow`` ones first.
 GROUPS = ("test_slurm.py", "test_hosts.py", "test_figures.py", "test_extending.py", "test_tracking.py")
 
 
@@ -34,12 +34,9 @@ def pytest_collection_modifyitems(config, items):
     """Every test gets one tier by cost: ``unit`` (marked in the module), else ``cluster``/``hosts`` (marked in
     tests/cluster/), else ``mpi`` (tests/mpi/), ``figures`` (tests/test_figures.py), else ``integration``
     (training jobs, run.py in a subprocess).  ``pytest -m <tier>`` selects one; ``make test`` runs ``unit``
-    first, then the rest on two xdist workers: the grouped modules first, then the ``slow`` tests (real
-    datasets, CNNs), so no long test is left for the end while the other worker idles."""
+    first, then the rest on two xdist workers, ordered so that no long test is left for the end while the
+    other worker idles: the :data:`GROUPS`, then the ``slow`` tests (real datasets, CNNs), then the others."""
     for item in items:
-        name = Path(str(item.fspath)).name
-        if name in GROUPS:
-            item.add_marker(pytest.mark.xdist_group(name.removesuffix(".py")))
         if any(item.get_closest_marker(tier) for tier in ("unit", *COSTLY)):
             continue
         place = Path(str(item.fspath)).relative_to(REPO / "tests").parts
@@ -51,6 +48,23 @@ def pytest_collection_modifyitems(config, items):
         return GROUPS.index(name) if name in GROUPS else len(GROUPS) + (item.get_closest_marker("slow") is None)
 
     items.sort(key=cost_rank)  # stable: the collection order within a rank
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` by module: every test of a module in :data:`GROUPS` goes to one worker as one unit
+    of work, the other tests one by one, in collection order.  (xdist's own ``xdist_group`` mark works by
+    renaming a test's node id, which pytest 9 no longer lets a plugin do.)"""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if Path(module).name in GROUPS else nodeid
+
+    config.option.loadscopereorder = False  # keep the order set above (xdist's would put big groups first)
+    return ModuleGroups(config, log)
 
 
 @pytest.hookimpl(tryfirst=True)  # before the fixtures of the test are set up: they may run TF too
