@@ -319,6 +319,58 @@ def test_a_second_run_reuses_every_job(quick):
     assert time.perf_counter() - started < quick["seconds"]
 
 
+TEXT_FILES = ("REPRODUCTION.md", "reproduction.json", "figures.json", "README.md")
+
+
+def test_the_committed_results_rebuild_every_text_and_figure_byte_for_byte(quick, tmp_path):
+    """What a run keeps in ``<out>/results/`` (summaries and evaluations of the training jobs, the measured
+    clocks of wall-clock runs) is enough: with nothing trained, the text files and the PNGs come back the same."""
+    out = tmp_path / "out"
+    shutil.copytree(quick["out"], out)
+    kept = out / "results"
+    trained = {p.parent for p in quick["results"].glob("*/*/metrics.csv")}
+    assert {p.parent.relative_to(kept) for p in kept.glob("*/*/summary.json")} == {
+        d.relative_to(quick["results"]) for d in trained
+    }
+    assert not list(kept.glob("quick_clock_*")), "clock-only jobs are simulated again, never kept"
+    assert max(p.stat().st_size for p in kept.rglob("*") if p.is_file()) < 2_000_000
+    for name in (*TEXT_FILES, *(f"{figure}.png" for figure in FIGURES)):
+        (out / name).unlink()
+
+    proc = _figures(
+        "--quick", "--from-committed", "--jobs", "2", "--results", str(tmp_path / "rebuilt"), "--out", str(out)
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert re.search(r"^\d+ training job\(s\) rebuilt", proc.stdout, re.M), proc.stdout[-2000:]
+    assert "train " not in proc.stdout, "a training job ran"
+    for name in (*TEXT_FILES, *(f"{figure}.png" for figure in FIGURES)):
+        assert (out / name).read_bytes() == (quick["out"] / name).read_bytes(), name
+
+
+def test_a_training_jobs_clock_files_are_rebuilt_from_its_config_to_the_byte(quick, tmp_path):
+    """Only what training alone gives is kept: a virtual-clock job's timeline, links and topology are its
+    clock and graph, computed again from the config; a wall-clock job's are measurements and are kept."""
+    from dybw.figures import committed, specs
+
+    composer = specs.Composer(REPO / "conf")
+    every = specs.load_specs(REPO / "experiments")
+    jobs = [j for name in every for j in specs.all_jobs(every[name], every, composer, True) if j.kind == "train"]
+    rebuilt = measured = 0
+    for job in specs.unique(jobs):
+        source = job.job_dir(quick["results"])
+        if not (source / "summary.json").is_file():
+            continue
+        if not committed.clock_is_recomputable(job):
+            assert set(committed.MEASURED) <= set(committed.kept_files(job))
+            measured += 1
+            continue
+        committed.rebuild(job, tmp_path / job.dirname)
+        for name in ("timeline.parquet", "links.parquet", "topology.json"):
+            assert (tmp_path / job.dirname / name).read_bytes() == (source / name).read_bytes(), (job.dirname, name)
+        rebuilt += 1
+    assert rebuilt > 40 and measured >= 1
+
+
 def test_jobs_in_pool_processes_give_the_bits_of_jobs_run_one_after_another(quick, tmp_path):
     """A job's numbers do not depend on the process that runs it, nor on the jobs it ran before."""
     import pandas as pd

@@ -4,8 +4,10 @@
     python -m dybw.figures --quick               # make figures-quick: tiny sizes, same code path
     python -m dybw.figures --only speedup        # one spec (and the specs it takes jobs from)
     python -m dybw.figures --list                # the specs and how many jobs each needs
+    python -m dybw.figures --from-committed      # no training: from the compact results in paper_figures/results/
 
 Completed jobs (same config hash) are reused, never rerun; a second call with nothing new only redraws.
+Every completed training job's compact results go to ``<out>/results/`` (:mod:`.committed`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--only", default="", help="comma-separated spec names (default: every spec but those with default: false)"
     )
-    parser.add_argument("--results", type=Path, default=Path("results"), help="results root (default ./results)")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="results root (default ./results; with --from-committed ./results/committed, rebuilt from them)",
+    )
     parser.add_argument(
         "--out",
         type=Path,
@@ -39,6 +46,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--experiments", type=Path, default=PROJECT / "experiments", help="the specs")
     parser.add_argument("--conf", type=Path, default=PROJECT / "conf", help="the Hydra config tree")
     parser.add_argument("--no-run", action="store_true", help="draw from existing results only; run nothing")
+    parser.add_argument(
+        "--from-committed",
+        action="store_true",
+        help="train nothing: rebuild the training jobs from the compact results in <out>/results/, simulate the "
+        "clock-only jobs, then draw and write REPRODUCTION.md as a full run would",
+    )
     parser.add_argument("--list", action="store_true", help="list the specs and their jobs, then exit")
     parser.add_argument(
         "--jobs",
@@ -56,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     from . import specs as specs_mod
 
     out = args.out or (Path("results") / "quick_figures" if args.quick else Path("paper_figures"))
-    results = args.results
+    committed = out / "results"
+    default_results = Path("results") / ("quick_committed" if args.quick else "committed")
+    results = args.results or (default_results if args.from_committed else Path("results"))
     try:
         workers = _workers(args.jobs)
         specs = specs_mod.load_specs(args.experiments)
@@ -86,18 +101,33 @@ def main(argv: list[str] | None = None) -> int:
             )
         return 0
 
+    read = {name: specs_mod.read_jobs(specs[name], specs, composer, args.quick) for name in selected}
+    every_job = specs_mod.unique([j for name in selected for j in per_spec[name] + read[name]])
     failed = 0
+    if args.from_committed:
+        from .committed import restore
+
+        t0 = time.perf_counter()
+        rebuilt = restore(every_job, committed, results)
+        print(f"{rebuilt} training job(s) rebuilt from {committed}/ into {results}/ ({time.perf_counter() - t0:.1f} s)")
     if not args.no_run:
         from .runner import run_jobs
 
-        # clock-only specs first (seconds), then training
+        # clock-only specs first (seconds), then training (none from the committed results: they are rebuilt)
         owners = sorted(
             dict.fromkeys(j.spec for j in needed),
             key=lambda name: (any(j.kind == "train" for j in needed if j.spec == name), name),
         )
         ordered = [j for name in owners for j in needed if j.spec == name]
+        if args.from_committed:
+            ordered = [j for j in ordered if j.kind == "clock"]
         counts = run_jobs(ordered, results, workers)
         failed = sum(c["failed"] for c in counts.values())
+    if not args.from_committed:
+        from .committed import export
+
+        copied = export(every_job, results, committed)
+        print(f"{copied} completed training job(s) kept in {committed}/ (compact: what the figures read)")
     run_seconds = time.perf_counter() - started
 
     from . import (  # noqa: F401 - the drawing modules: importing one registers its figures
@@ -124,8 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     command = "make figures-quick" if args.quick else "make figures"
     for name in selected:
         spec = specs[name]
-        read = specs_mod.read_jobs(spec, specs, composer, args.quick)  # finished results only, never run
-        ctx = scaffold.Context(spec, per_spec[name] + read, results, out, args.quick, command, Path(args.conf))
+        # the jobs of the specs it reads from: finished results only, never run
+        ctx = scaffold.Context(spec, per_spec[name] + read[name], results, out, args.quick, command, Path(args.conf))
         t0 = time.perf_counter()
         if spec.figure == TABLE:
             files = report.write(

@@ -25,13 +25,14 @@ CHUNK = 256
 VERSION = 3  # part of a clock job's config hash: bump when what a clock job writes changes
 
 
-def simulate(cfg, graph) -> tuple[Timeline, np.ndarray]:
+def simulate(cfg, graph, per_link: bool = False) -> tuple[Timeline, np.ndarray]:
     """The timeline of ``cfg.iterations`` iterations of ``cfg``'s clock, and per directed link of
-    ``graph.directed_links()`` in how many iterations its receiver used its sender's message."""
+    ``graph.directed_links()`` in how many iterations its receiver used its sender's message.  With
+    ``per_link`` the timeline also records each link's use per iteration, as a training job's does."""
     with warnings.catch_warnings():  # a clamped algo.b was already reported when the spec was checked
         warnings.simplefilter("ignore")
         delays, clock = delays_and_clock(cfg, graph)
-    timeline = Timeline(cfg.iterations, cfg.num_workers, graph.degrees)
+    timeline = Timeline(cfg.iterations, cfg.num_workers, graph.degrees, graph.directed_links() if per_link else None)
     used = np.zeros(len(clock.links), dtype=np.int64)
     k = 0
     while k < cfg.iterations:

@@ -83,8 +83,9 @@ def job_setup(ctx: Context, jobs: list[Job]) -> tuple[dict, dict | None]:
 
 
 def source_of(ctx: Context, jobs: list[Job]) -> str:
+    """Where a run of ``make figures`` keeps the jobs' results (whichever root this drawing reads them from)."""
     experiments = sorted({j.experiment for j in jobs})
-    return ", ".join(f"{ctx.results.name}/{e}/" for e in experiments)
+    return ", ".join(f"results/{e}/" for e in experiments)
 
 
 DATASET_NAMES = {"mnist": "MNIST", "cifar10": "CIFAR-10", "synthetic": "synthetic"}
