@@ -347,6 +347,35 @@ def test_the_committed_results_rebuild_every_text_and_figure_byte_for_byte(quick
         assert (out / name).read_bytes() == (quick["out"] / name).read_bytes(), name
 
 
+def test_the_committed_results_are_compact_and_of_the_current_specs():
+    """``paper_figures/results/``: every file under 2 MB, all of them under 10 MB, and every job in it is a
+    training job of a spec as it stands, with the config hash it was run under (a stale copy would be
+    drawn as missing: this names it instead)."""
+    from dybw.figures import committed, specs
+
+    kept = REPO / "paper_figures" / "results"
+    files = [p for p in kept.rglob("*") if p.is_file()]
+    assert files, "make figures keeps the compact results in paper_figures/results/"
+    assert max(p.stat().st_size for p in files) < 2_000_000
+    assert sum(p.stat().st_size for p in files) < 10_000_000
+    composer = specs.Composer(REPO / "conf")
+    every = specs.load_specs(REPO / "experiments")
+    jobs = {
+        j.relative_dir: j
+        for name in every
+        for j in specs.all_jobs(every[name], every, composer, False)
+        if j.kind == "train"
+    }
+    for summary in kept.glob("*/*/summary.json"):
+        job = jobs.get(summary.parent.relative_to(kept))
+        assert job is not None, f"{summary.parent.relative_to(kept)}: no spec has this job"
+        assert json.loads(summary.read_text())["config_hash"] == job.digest, (
+            f"{job.relative_dir}: run under another config"
+        )
+        present = {p.name for p in summary.parent.iterdir()}
+        assert set(committed.KEPT) <= present <= set(committed.kept_files(job)), (job.relative_dir, present)
+
+
 def test_a_training_jobs_clock_files_are_rebuilt_from_its_config_to_the_byte(quick, tmp_path):
     """Only what training alone gives is kept: a virtual-clock job's timeline, links and topology are its
     clock and graph, computed again from the config; a wall-clock job's are measurements and are kept."""
