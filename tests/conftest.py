@@ -50,6 +50,7 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=cost_rank)  # stable: the collection order within a rank
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown (and never called) without the plugin
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadgroup`` by module: every test of a module in :data:`GROUPS` goes to one worker as one unit
     of work, the other tests one by one, in collection order.  (xdist's own ``xdist_group`` mark works by
