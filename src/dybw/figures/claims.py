@@ -233,11 +233,11 @@ def claim_c3(ctx: Context, groups=None) -> Claim:
     )
     return Claim(
         "C3",
-        ["convergence_mnist", "convergence_cifar10"],
+        list(frames.CONVERGENCE),
         "; ".join(parts) or "n/a",
         verdict,
         why,
-        ["convergence_mnist", "convergence_cifar10"],
+        list(frames.CONVERGENCE),
         table,
         values,
     )
@@ -302,11 +302,11 @@ def claim_c5(ctx: Context, groups=None) -> Claim:
     )
     return Claim(
         "C5",
-        ["convergence_mnist", "convergence_cifar10"],
+        list(frames.CONVERGENCE),
         "; ".join(parts) or "n/a",
         verdict,
         why,
-        ["convergence_mnist", "convergence_cifar10"],
+        list(frames.CONVERGENCE),
         table,
         values,
     )
