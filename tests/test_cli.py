@@ -14,7 +14,7 @@ import time
 import pytest
 
 from dybw.cli import expand_sweep
-from helpers import CONF, TINY, run_cli
+from helpers import CONF, TINY, compose, run_cli
 
 BAD_INPUT = {
     "unknown group option": (["algo=cb_foo"], ["algo", "'cb_foo'", "cb_dybw, cb_full, cb_static"]),
@@ -171,6 +171,9 @@ def test_good_multirun_runs_each_job_once_then_skips_until_forced(tmp_path):
         for name in ("metrics.csv", "timeline.parquet", "topology.json"):
             assert (path.parent / name).is_file()
     assert algos == {"cb_dybw", "cb_full"}
+    # Hydra's "Launching 2 jobs locally" is told what the jobs are (dybw's subclass of its basic launcher).
+    assert "Launching 2 jobs one after another, each in this process (runner=local)" in first.stdout
+    assert "jobs locally" not in first.stdout
     # Each job's last line says where its results are; the multirun ends with its jobs side by side.
     for path in summaries.values():
         where = f"; results in {path.parent.relative_to(tmp_path)}"
@@ -202,3 +205,29 @@ def test_good_multirun_runs_each_job_once_then_skips_until_forced(tmp_path):
     for name, path in rerun.items():
         assert path.stat().st_mtime_ns > stamps[name][0]
         assert json.loads(path.read_text())["status"] == "completed"
+
+
+@pytest.mark.unit
+def test_a_sweep_one_job_after_another_says_where_each_job_runs(monkeypatch):
+    """Under runner=mpi each job starts MPI ranks of its own (on other hosts, if runner.launcher says so):
+    the sweep's first line names them instead of Hydra's "jobs locally"."""
+    from omegaconf import OmegaConf
+
+    from dybw.launchers import OURS, sequence_line, target_override
+
+    monkeypatch.setenv("DYBW_CORES", "2")
+
+    def jobs(*overrides):
+        return [OmegaConf.create(compose(["num_workers=4", *o])[1]) for o in overrides]
+
+    mpi = jobs(["algo=cb_dybw"], ["algo=cb_full"])
+    assert (
+        sequence_line(mpi)
+        == "Launching 2 jobs one after another, each on MPI ranks of its own (runner=mpi: mpiexec -n 2)"
+    )
+    srun = jobs(["runner.launcher=[srun,-n,'{ranks}']", "runner.ranks=4"])
+    assert sequence_line(srun) == "Launching 1 job on MPI ranks of its own (runner=mpi: srun -n 4)"
+    mixed = jobs(["runner=local"], ["runner=mpi"])
+    assert sequence_line(mixed) == "Launching 2 jobs one after another (runner=local or mpi, per job)"
+    basic = {"_target_": "hydra._internal.core_plugins.basic_launcher.BasicLauncher"}
+    assert target_override(basic) == [f"hydra.launcher._target_={OURS[basic['_target_']]}"]

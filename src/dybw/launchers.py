@@ -1,6 +1,7 @@
-"""Hydra launchers for sweeps that leave one process: ``hydra/launcher=joblib`` (a sweep's jobs side by
-side on this machine) and ``hydra/launcher=submitit_slurm`` / ``submitit_local`` (each job a Slurm job,
-or a local process).  ``docs/cluster.md``.
+"""Hydra launchers for sweeps: ``hydra/launcher=joblib`` (a sweep's jobs side by side on this machine),
+``hydra/launcher=submitit_slurm`` / ``submitit_local`` (each job a Slurm job, or a local process), and
+Hydra's default ``basic`` (one after another from this process), whose first line says where the jobs run
+(Hydra's own says "locally", even when each job starts MPI ranks on other hosts).  ``docs/cluster.md``.
 
 dybw's launchers are subclasses of the plugins' (``hydra-joblib-launcher``, ``hydra-submitit-launcher``),
 with their keys unchanged, in ``src/hydra_plugins/dybw_launchers/`` (Hydra instantiates plugins only from
@@ -35,6 +36,7 @@ log = logging.getLogger("dybw.launchers")
 _PLUGINS = "hydra_plugins.hydra_{0}_launcher.{0}_launcher."
 _OURS = "hydra_plugins.dybw_launchers.{0}_launcher."
 OURS = {  # the plugin's launcher class -> dybw's subclass
+    "hydra._internal.core_plugins.basic_launcher.BasicLauncher": _OURS.format("basic") + "BasicLauncher",
     _PLUGINS.format("joblib") + "JoblibLauncher": _OURS.format("joblib") + "JoblibLauncher",
     _PLUGINS.format("submitit") + "SlurmLauncher": _OURS.format("submitit") + "SlurmLauncher",
     _PLUGINS.format("submitit") + "LocalLauncher": _OURS.format("submitit") + "LocalLauncher",
@@ -153,6 +155,46 @@ def share_cores(name: str, jobs: list, at_once: int, fewer: str):
     else:
         log.info("%s (runner.ranks=0: up to %s per job)", line, _count(share, "rank"))
     return _environment(CORES_VARIABLE, str(share))
+
+
+def sequence_line(jobs) -> str:
+    """What Hydra's basic launcher says as it starts a sweep, naming where its jobs run."""
+    runners = sorted({str(job.runner.name) for job in jobs})
+    start = f"Launching {_count(len(jobs), 'job')}" + (" one after another, each" if len(jobs) > 1 else "")
+    if runners == ["mpi"]:
+        from .tf_setup import usable_cores
+
+        cores = usable_cores()
+        commands = sorted(
+            {" ".join(str(p).replace("{ranks}", str(job_shape(job, cores).processes)) for p in job.runner.launcher)
+             for job in jobs}
+        )  # fmt: skip
+        return f"{start} on MPI ranks of its own (runner=mpi: {' | '.join(commands)})"
+    if runners == ["local"]:
+        return f"{start} in this process (runner=local)"
+    return f"Launching {_count(len(jobs), 'job')} one after another (runner={' or '.join(runners)}, per job)"
+
+
+class _Reword(logging.Filter):
+    def __init__(self, old: str, new: str):
+        super().__init__()
+        self.old, self.new = old, new
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage() == self.old:
+            record.msg, record.args = self.new, ()
+        return True
+
+
+@contextlib.contextmanager
+def reworded(logger: logging.Logger, old: str, new: str):
+    """Within the context, ``logger``'s message ``old`` reads ``new`` (a third party's line made accurate)."""
+    rewording = _Reword(old, new)
+    logger.addFilter(rewording)
+    try:
+        yield
+    finally:
+        logger.removeFilter(rewording)
 
 
 def _count(number: int, noun: str) -> str:
