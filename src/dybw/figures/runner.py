@@ -54,14 +54,13 @@ def run_one(job: Job, results: Path) -> tuple[dict | None, str]:
 
                 summary = run_clock_job(cfg, graph, job_dir, job.digest)
             else:
-                from ..runners import RUNNERS
+                from ..runners import RUNNERS, run_job
 
                 # In this process (one TF start-up for the whole sweep), i.e. the local runner, whatever
                 # runner the config names: runner=mpi computes the same bits, and the hash ignores it.  A clock
                 # the local runner lacks (the wall clock: real MPI ranks, real time) runs on the config's runner.
-                local = RUNNERS["local"]
-                runner = local if cfg.runner.clock in local.clocks else RUNNERS[cfg.runner.name]
-                summary = runner.run(cfg, graph, job_dir, job.plain, job.digest)
+                local = cfg.runner.clock in RUNNERS["local"].clocks
+                summary = run_job(cfg, graph, job_dir, job.plain, job.digest, runner="local" if local else None)
         return summary, _clamp_notes(caught)
     except KeyboardInterrupt:
         raise

@@ -74,8 +74,11 @@ class Runner:
         raise NotImplementedError
 
 
-def run_job(cfg, graph, job_dir: Path, resolved: dict, digest: str) -> dict:
-    """Run one job with its runner unless ``job_dir`` holds a completed run of the same config."""
+def run_job(cfg, graph, job_dir: Path, resolved: dict, digest: str, runner: str | None = None) -> dict:
+    """Run one job with its runner unless ``job_dir`` holds a completed run of the same config.
+
+    ``runner`` names another registered runner to run it on than ``cfg.runner.name`` (the figure pipeline
+    trains on ``local``, whose bits are ``mpi``'s, with one TensorFlow start-up per process)."""
     import logging
 
     previous = completed_before(job_dir, digest)
@@ -84,4 +87,4 @@ def run_job(cfg, graph, job_dir: Path, resolved: dict, digest: str) -> dict:
             "%s: already completed (config %s); skipped — pass force=true to rerun", job_dir, digest
         )
         return previous
-    return RUNNERS[cfg.runner.name].run(cfg, graph, Path(job_dir), resolved, digest)
+    return RUNNERS[runner or cfg.runner.name].run(cfg, graph, Path(job_dir), resolved, digest)
