@@ -352,8 +352,36 @@ def test_report_c2_judges_the_paper_setting(cut, verdict):
     frame = _pairs(setting=("lock-step, instant", "lock-step, instant"), mean_iteration_duration=(1.0, 1.0 - cut))
     claim = claims.claim_c2(FakeContext(durations=frame))
     assert claim.verdict == verdict
-    held = "the cut stays at or above 65 % for lock-step, instant vs cb-Full, same setting"
+    held = "cb-DyBW's cut is " + f"{100 * cut:.1f} ± 0.0 % with the instant agreement. It is at or above 65 %."
     assert (held in claim.why) is (verdict == REPRODUCED)
+    # Every pair (graph, seed) is at the same cut here: all of them or none count as at the threshold.
+    pairs = 3 if verdict == REPRODUCED else 0
+    assert claim.values["lock-step, instant"] | {"same_setting": None} == {
+        "same_setting": None, "vs_barrier_free": claim.values["lock-step, instant"]["vs_barrier_free"],
+        "pairs_at_or_above_threshold": pairs, "pairs": 3,
+    }  # fmt: skip
+    assert f"{pairs} of 3 graph/seed pairs at or above 65 %" in claim.number
+
+
+def test_report_c2_shows_the_paid_agreements_beside_the_judged_cut_and_which_cuts_hold():
+    """The verdict keeps the paper's setting (instant agreement); the row shows the cut with the agreement
+    paid for beside it, and the prose says which comparisons stay at the threshold."""
+    import pandas as pd
+
+    from dybw.figures import claims
+
+    settings = {"lock-step, instant": 0.70, "lock-step, allreduce": 0.64, "lock-step, flood": 0.66}
+    frame = pd.concat(
+        [_pairs(setting=(s, s), mean_iteration_duration=(1.0, 1.0 - cut)) for s, cut in settings.items()],
+        ignore_index=True,
+    )
+    claim = claims.claim_c2(FakeContext(durations=frame))
+    assert claim.verdict == REPRODUCED
+    assert claim.number == (
+        "70.0 ± 0.0 % (paper's setting: lock-step, instant agreement; 3 of 3 graph/seed pairs at or above 65 %); "
+        "with the agreement paid: all-reduce 64.0 ± 0.0 %, flood 66.0 ± 0.0 %"
+    )
+    assert "2 of these 3 cuts are at or above 65 %: the instant agreement and a flooded agreement" in claim.why
 
 
 @pytest.mark.parametrize(
