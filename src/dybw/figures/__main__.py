@@ -52,6 +52,12 @@ def _parser() -> argparse.ArgumentParser:
         help="train nothing: rebuild the training jobs from the compact results in <out>/results/, simulate the "
         "clock-only jobs, then draw and write REPRODUCTION.md as a full run would",
     )
+    parser.add_argument(
+        "--captions-in-images",
+        action="store_true",
+        help="print each figure's caption under it in the PNG/PDF too (default: captions only in figures.json, "
+        "README.md and REPRODUCTION.md)",
+    )
     parser.add_argument("--list", action="store_true", help="list the specs and their jobs, then exit")
     parser.add_argument(
         "--jobs",
@@ -155,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in selected:
         spec = specs[name]
         # the jobs of the specs it reads from: finished results only, never run
-        ctx = scaffold.Context(spec, per_spec[name] + read[name], results, out, args.quick, command, Path(args.conf))
+        jobs = per_spec[name] + read[name]
+        ctx = scaffold.Context(spec, jobs, results, out, args.quick, command, Path(args.conf), args.captions_in_images)
         t0 = time.perf_counter()
         if spec.figure == TABLE:
             files = report.write(

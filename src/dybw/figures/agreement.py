@@ -24,12 +24,11 @@ AGREEMENT_STYLE = {
 
 @figure("agreement")
 def agreement(ctx: Context) -> Drawn:
-    name, title = ctx.spec.name, ctx.title
     jobs = ctx.completed_jobs(ctx.select(spec=ctx.spec.name, kind="clock"))
     frame = ctx.summaries(jobs)
     fig, axes = style.figure(2, 1, width=5.4, height=3.8)
     if frame.empty:
-        return no_runs(ctx, fig, axes, name, title, source="clock")
+        return no_runs(ctx, fig, axes, "clock")
     cuts = agreement_frame(ctx, jobs)
     ax = axes[0, 0]
     handles = []
@@ -123,7 +122,7 @@ def agreement(ctx: Context) -> Drawn:
         f"{lines}. (b) Mean iteration durations. Setup: {style.describe_clock(plain, topology)}. "
         f"Source: {source_of(ctx, jobs)}."
     )
-    return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption), "clock")
+    return ctx.finish(fig, caption, "clock")
 
 
 def _preset_control(ctx: Context) -> float:

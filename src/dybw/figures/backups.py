@@ -16,12 +16,11 @@ WINDOW_A = 150  # iterations shown in the backups figure's panel (a)
 
 @figure("backups")
 def backups(ctx: Context) -> Drawn:
-    name, title = ctx.spec.name, ctx.title
     train = ctx.completed_jobs(ctx.select(kind="train"))
     clock = ctx.completed_jobs(ctx.select(spec=ctx.spec.name, kind="clock"))
     fig, axes = style.figure(3, 1, width=4.6, height=3.5)
     if not train and not clock:
-        return no_runs(ctx, fig, axes, name, title, source="training + clock")
+        return no_runs(ctx, fig, axes, "training + clock")
     labels = style.ordered(load.algo_label(j.plain) for j in train)
     colors = style.palette(labels or [analysis.DYBW])
     # (a) mean over workers of b_j(k), per iteration
@@ -138,4 +137,4 @@ def backups(ctx: Context) -> Drawn:
         f"iterations. {clock_text}Setup: {style.describe_clock(plain, topology)}. Source: "
         f"{source_of(ctx, dybw + clock)}."
     )
-    return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption), source="training + clock")
+    return ctx.finish(fig, caption, "training + clock")

@@ -55,14 +55,59 @@ def _accuracy_limits(ax, frame, iterations):
         ax.set_ylim(max(0.0, late.min() - 0.03), min(1.0, late.max() + 0.015))
 
 
+def _overlap(frame: pd.DataFrame, iterations: int) -> dict[str, str]:
+    """Whether the algorithms that average (all but workers that send nothing) lie on one curve against
+    iterations after the first 10 %: their largest gap in mean test accuracy (points) and in mean training loss
+    (relative), and the seeds' largest spread -- the numbers the panels and the caption state when the lines
+    hide each other and their bands. Empty when they do not overlap (accuracy gap of 1 point or more)."""
+    from ..algorithms import ALGORITHMS
+
+    start = int(0.1 * iterations)
+    sends = np.array([ALGORITHMS[a].sends for a in frame["algo"]], dtype=bool)
+    averaging = frame[sends & (frame["iteration"] >= start).to_numpy()]
+    labels = style.ordered(averaging["label"])
+    if len(labels) < 2:
+        return {}
+    accuracy = averaging.groupby(["label", "iteration"])["test_accuracy"].mean().unstack("label").dropna()
+    loss = averaging.dropna(subset=["train_loss"]).groupby(["label", "iteration"])["train_loss"].mean()
+    loss = loss.unstack("label").dropna()
+    gap = float((accuracy.max(axis=1) - accuracy.min(axis=1)).max()) if len(accuracy) else math.nan
+    loss_gap = float((loss.max(axis=1) / loss.min(axis=1) - 1).max()) if len(loss) else math.nan
+    spread = float(averaging.groupby(["label", "iteration"])["test_accuracy"].std().max())
+    if not math.isfinite(gap) or gap >= 0.01:
+        return {}
+    names = ", ".join(labels[:-1]) + " and " + labels[-1]
+    spread_text = f"; seeds' spread (1 std) at most {100 * spread:.2f} points" if math.isfinite(spread) else ""
+    return {
+        "loss_note": f"{names}\nlie on one line: losses within {100 * loss_gap:.1f} %\nafter iteration {start}",
+        "accuracy_note": f"{names}\nlie on one line: accuracies within {100 * gap:.2f} points\n"
+        f"after iteration {start}{spread_text.replace('; ', chr(10))}",
+        "caption": f" Against iterations {names} lie on top of each other, bands included: after the first {start} "
+        f"iterations their mean test accuracies differ by at most {100 * gap:.2f} points and their training losses "
+        f"by at most {100 * loss_gap:.1f} %{spread_text}.",
+    }
+
+
+SPLIT_NAMES = {"iid": "i.i.d.", "shards": "label shards", "dirichlet": "Dirichlet"}
+
+
+def _cuts_text(summary: pd.DataFrame, splits: list[str]) -> str:
+    cuts = [(split, analysis.reduction(summary, analysis.DYBW, split=split)) for split in splits]
+    return ", ".join(f"{analysis.fmt_pm(cut, 1, 100, ' %')} ({SPLIT_NAMES.get(split, split)})" for split, cut in cuts)
+
+
+def _note(ax, text: str, top: bool) -> None:
+    ax.text(0.97, 0.95 if top else 0.05, text, transform=ax.transAxes, ha="right", va="top" if top else "bottom",
+            fontsize=8, color="0.25", bbox={"facecolor": "white", "edgecolor": "0.8", "alpha": 0.9})  # fmt: skip
+
+
 @figure("convergence")
 def convergence(ctx: Context) -> Drawn:
     jobs = ctx.completed_jobs(ctx.select(spec=ctx.spec.name, kind="train"))
     frame = ctx.metrics(jobs)
     fig, axes = style.figure(2, 2, width=5.2, height=3.4)
-    name, title = ctx.spec.name, ctx.title
     if frame.empty:
-        return no_runs(ctx, fig, axes, name, title)
+        return no_runs(ctx, fig, axes)
     labels = style.ordered(frame["label"])
     colors = style.palette(labels)
     plain, topology = job_setup(ctx, jobs)
@@ -94,24 +139,19 @@ def convergence(ctx: Context) -> Drawn:
     style.panel_letters(axes)
     style.top_legend(fig, handles, [h.get_label() for h in handles])
     seeds = style.seeds_text(frame["seed"].unique())
-    per_iteration = frame.groupby(["label", "iteration"])["test_accuracy"].mean().unstack("label")
-    late = per_iteration[per_iteration.index >= 0.1 * plain["iterations"]]
-    gap = float((late.max(axis=1) - late.min(axis=1)).max()) if late.shape[1] > 1 else math.nan
-    overlap = (
-        f" Against iterations the curves lie on top of each other: after the first "
-        f"{int(0.1 * plain['iterations'])} iterations the mean test accuracies of the algorithms differ by at "
-        f"most {100 * gap:.2f} points."
-        if math.isfinite(gap) and gap < 0.01
-        else ""
-    )
+    overlap = _overlap(frame, plain["iterations"])
+    if overlap:
+        _note(axes[0, 0], overlap["loss_note"], top=True)  # losses fall: the upper right is free
+        _note(axes[1, 0], overlap["accuracy_note"], top=False)  # accuracies rise: the lower right is free
     caption = (
-        f"Lines: mean over {seeds}; bands: +-1 standard deviation across seeds.{overlap} The average model "
+        f"Lines: mean over {seeds}; bands: +-1 standard deviation across seeds.{overlap.get('caption', '')} "
+        f"The average model "
         f"{style.describe_evaluation(plain)}. Setup: "
         f"{style.describe_clock(plain, topology)}; {style.describe_training(plain)}. cb-Static's b is "
         f"clamped per worker to at most d_j-1. Every algorithm sees the same delays and minibatches per seed. "
         f"Source: training runs (local backend, virtual clock), {source_of(ctx, jobs)}."
     )
-    return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption))
+    return ctx.finish(fig, caption)
 
 
 @figure("convergence_sweeps")
@@ -122,9 +162,8 @@ def convergence_sweeps(ctx: Context) -> Drawn:
     frame = ctx.metrics(jobs)
     sweeps = list(dict.fromkeys(j.params["sweep"] for j in ctx.select(spec=ctx.spec.name, kind="train")))
     fig, axes = style.figure(max(1, len(sweeps)), 3, width=4.6, height=3.0)
-    name, title = ctx.spec.name, ctx.title
     if frame.empty:
-        return no_runs(ctx, fig, axes, name, title)
+        return no_runs(ctx, fig, axes)
     labels = style.ordered(frame["label"])
     colors = style.palette(labels)
     handles, setups = {}, []
@@ -172,7 +211,7 @@ def convergence_sweeps(ctx: Context) -> Drawn:
         f"{style.describe_clock(plain, topology)}. Every algorithm sees the same delays and minibatches per seed. "
         f"Source: training runs (virtual clock), {source_of(ctx, jobs)}."
     )
-    return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption))
+    return ctx.finish(fig, caption)
 
 
 def _group_names(frame: pd.DataFrame, specs: list[str]) -> dict[str, str]:
@@ -183,12 +222,11 @@ def _group_names(frame: pd.DataFrame, specs: list[str]) -> dict[str, str]:
 
 @figure("noniid")
 def noniid(ctx: Context) -> Drawn:
-    name, title = ctx.spec.name, ctx.title
     jobs = ctx.completed_jobs(ctx.select(kind="train"))
     frame = ctx.metrics(jobs)
     fig, axes = style.figure(3, 1, width=4.6, height=3.6)
     if frame.empty:
-        return no_runs(ctx, fig, axes, name, title)
+        return no_runs(ctx, fig, axes)
     labels = style.ordered(frame["label"])
     colors = style.palette(labels)
     splits = list(dict.fromkeys(frame["split"]))
@@ -215,36 +253,17 @@ def noniid(ctx: Context) -> Drawn:
         ax.set_title(f"test accuracy vs {'iterations' if x == 'iteration' else 'time'}")
     ax = axes[0, 2]
     summary = ctx.summaries(jobs)
-    width = 0.8 / len(labels)
-    for i, label in enumerate(labels):
-        for s, split in enumerate(splits):
-            stats = analysis.values(summary, "final_test_accuracy", label=label, split=split)
-            x = s + (i - (len(labels) - 1) / 2) * width
-            ax.bar(
-                x,
-                stats[0],
-                width * 0.92,
-                color=colors[label],
-                yerr=stats[1] if stats[2] > 1 else None,
-                capsize=2,
-                error_kw={"lw": 0.8},
-            )
-            if label != analysis.REFERENCE:
-                red = analysis.reduction(summary, label, split=split)
-                ax.text(
-                    x,
-                    stats[0] + (stats[1] if stats[2] > 1 else 0) + 0.003,
-                    f"T -{100 * red[0]:.0f}%",
-                    ha="center",
-                    va="bottom",
-                    fontsize=8,
-                )
-    finals = summary["final_test_accuracy"]
-    ax.set_ylim(max(0.0, finals.min() - 0.05), min(1.0, finals.max() + 0.015))
-    ax.set_xticks(range(len(splits)), splits)
+    for s, split in enumerate(splits):
+        present = [label for label in labels if ((summary["label"] == label) & (summary["split"] == split)).any()]
+        for i, label in enumerate(present):
+            rows = summary[(summary["label"] == label) & (summary["split"] == split)]
+            x = s + (i - (len(present) - 1) / 2) * 0.8 / max(len(present), 2)
+            style.dot_interval(ax, x, rows["final_test_accuracy"], colors[label], horizontal=False)
+    ax.set_xticks(range(len(splits)), [SPLIT_NAMES.get(s, s) for s in splits])
+    ax.set_xlim(-0.5, len(splits) - 0.5)
     ax.set_xlabel("split of the training set")
     ax.set_ylabel("final test accuracy")
-    ax.set_title("final accuracy; iteration-time cut")
+    ax.set_title("final accuracy per split")
     style.panel_letters(axes)
     style.top_legend(fig, [h for h, _ in handles], [t for _, t in handles], ncol=min(4, len(handles)))
     split_text = {
@@ -255,9 +274,11 @@ def noniid(ctx: Context) -> Drawn:
     caption = (
         "Splits: " + "; ".join(f"{s} = {split_text.get(s, s)}" for s in splits) + ". "
         f"(a, b) Mean over {style.seeds_text(frame['seed'].unique())} (band +-1 std); dotted: target "
-        f"{plain['target_accuracy']:g}. (c) Final test accuracy (error bars +-1 std); the label is the paired "
-        f"reduction of the mean iteration duration vs cb-Full. Setup: {style.describe_clock(plain, topology)}; "
+        f"{plain['target_accuracy']:g}. (c) Final test accuracy: small dots are single runs, large dots and "
+        f"whiskers the mean +- std. The split does not change the clock (delays never depend on the data), so "
+        f"cb-DyBW's paired cut of the mean iteration duration against cb-Full is the same on every split: "
+        f"{_cuts_text(summary, splits)}. Setup: {style.describe_clock(plain, topology)}; "
         f"{style.describe_training(plain).replace('i.i.d. split', 'split as shown')}. "
         f"Source: training runs, {source_of(ctx, jobs)}."
     )
-    return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption))
+    return ctx.finish(fig, caption)

@@ -32,12 +32,11 @@ def _spread_text(frame: pd.DataFrame) -> str:
 
 @figure("durations")
 def durations(ctx: Context) -> Drawn:
-    name, title = ctx.spec.name, ctx.title
     jobs = ctx.completed_jobs(ctx.select(spec=ctx.spec.name, kind="clock"))
     frame = ctx.summaries(jobs)
     fig, axes = style.figure(2, 1, width=6.2, height=3.8)
     if frame.empty:
-        return no_runs(ctx, fig, axes, name, title, source="clock")
+        return no_runs(ctx, fig, axes, "clock")
     labels = style.ordered(frame["label"])
     colors = style.palette(labels)
     settings = settings_in(frame)
@@ -66,7 +65,7 @@ def durations(ctx: Context) -> Drawn:
                 if red[2]:
                     ax.text(x, top + 2, f"-{100 * red[0]:.0f}%", ha="center", va="bottom", fontsize=7, rotation=90)
     ax.set_xticks(range(len(settings)), [SETTING_NAMES.get(s, s) for s in settings])
-    ax.set_ylabel("mean iteration duration E(K-1)/K (ms)")
+    ax.set_ylabel("mean iteration duration T̄ (ms)")
     ax.set_title("duration and cut vs cb-Full of the same setting")
     ax.margins(y=0.12)
     # (b) T(k) in the paper's setting, pooled over the first graph's seeds
@@ -103,7 +102,7 @@ def durations(ctx: Context) -> Drawn:
         style.plain_log_ticks(ax, "x")
     else:
         no_data(ax)
-    ax.set_xlabel("iteration duration T(k) = E(k) - E(k-1) (ms, log scale)")
+    ax.set_xlabel("duration of one iteration T(k) (ms, log scale)")
     ax.set_ylabel("density")
     ax.set_title("distribution of T(k), the paper's setting")
     style.panel_letters(axes)
@@ -114,7 +113,10 @@ def durations(ctx: Context) -> Drawn:
     caption = (
         f"Virtual clock only ({plain['iterations']} iterations per job, no training: the clock does not depend on "
         f"the model or the data, so it is shown once for both datasets), mean over {_spread_text(frame)}, error "
-        f"bars +-1 std over both. (a) Mean iteration duration; the label on each bar is the paired cut "
+        f"bars +-1 std over both. E(k) is the time at which iteration k has ended at every worker; iteration k "
+        f"lasts T(k) = E(k) - E(k-1) (E(-1) = 0), and the mean iteration duration of K iterations is "
+        f"T̄ = E(K-1)/K. "
+        f"(a) Mean iteration duration T̄; the label on each bar is the paired cut "
         f"1 - T_alg/T_cb-Full against cb-Full of the same setting (same graph and seed = same delays). "
         f"Lock-step needs the workers to agree that an iteration is over (and cb-DyBW that every worker is "
         f"eligible): 'instant' is the paper's idealisation, 'all-reduce' and 'flooded' pay one control message "
@@ -125,4 +127,4 @@ def durations(ctx: Context) -> Drawn:
         f"setting, first graph, pooled over seeds; dotted: medians. Setup: {style.describe_clock(plain, topology)}. "
         f"Source: {source_of(ctx, jobs)}."
     )
-    return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption), "clock")
+    return ctx.finish(fig, caption, "clock")

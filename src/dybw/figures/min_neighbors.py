@@ -16,11 +16,10 @@ from .scaffold import Context, Drawn, job_setup, no_data, no_runs, source_of
 
 @figure("min_neighbors")
 def min_neighbors(ctx: Context) -> Drawn:
-    name, title = ctx.spec.name, ctx.title
     clock, train = min_neighbors_frame(ctx)
     fig, axes = style.figure(3, 1, width=4.4, height=3.6)
     if clock.empty and train.empty:
-        return no_runs(ctx, fig, axes, name, title, source="clock + training")
+        return no_runs(ctx, fig, axes, "clock + training")
     colors = style.palette([REFERENCE, DYBW])
     panels = [
         ("mean_iteration_duration", "mean iteration duration (ms)", 1000, clock),
@@ -51,7 +50,9 @@ def min_neighbors(ctx: Context) -> Drawn:
             for _, row in stats.iterrows():
                 reached = int(dybw[dybw["m"] == row["m"]][value].notna().sum())
                 total = int((dybw["m"] == row["m"]).sum())
-                ax.text(row["m"], scale * row["mean"], f" {reached}/{total}", fontsize=7.5, va="bottom")
+                note = style.reach_note(reached, total)
+                if note:
+                    ax.text(row["m"], scale * row["mean"], f" {note}", fontsize=7.5, va="bottom")
         ax.set_xticks(sorted(stats["m"].astype(int)))
         ax.set_xlabel("m: neighbours needed before a worker may stop")
         ax.set_ylabel(ylabel)
@@ -70,7 +71,8 @@ def min_neighbors(ctx: Context) -> Drawn:
         f"could); m = 1 is the reading used everywhere else. (a, b) Virtual clock only, mean +- std over "
         f"{style.seeds_text(clock['seed'].unique()) if not clock.empty else 'no seeds'}; dashed: cb-Full. A larger m "
         f"waits longer and averages more neighbours. (c) Virtual time until the average model's test accuracy "
-        f"reaches {target:g} in training runs on the first graph (labels: runs that reached it). "
+        f"reaches {target:g} in training runs on the first graph, over the runs that reached it (a label says "
+        f"how many did where not all did). "
         f"Setup: {style.describe_clock(plain, topology)}. Source: {source_of(ctx, jobs)}."
     )
-    return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption), "clock + training")
+    return ctx.finish(fig, caption, "clock + training")

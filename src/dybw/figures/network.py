@@ -124,11 +124,10 @@ def cuts(found: list[dict]) -> dict[str, tuple[float, float, int]]:
 # ------------------------------------------------------------------------------------------------------
 @figure("real_network")
 def real_network(ctx: Context) -> Drawn:
-    name, title = ctx.spec.name, ctx.title
     found = runs(ctx)
     fig, axes = style.figure(2, 2, width=5.2, height=3.4)
     if not found:
-        return no_runs(ctx, fig, axes, name, title, source="training, wall clock on emulated hosts")
+        return no_runs(ctx, fig, axes, "training, wall clock on emulated hosts")
     groups = _groups(found)
     labels = style.ordered([r["label"] for r in found])
     colors = style.palette(labels)
@@ -206,8 +205,7 @@ def real_network(ctx: Context) -> Drawn:
     names = labels + ["measured", "replayed, free agreement", "replayed, measured agreement"]
     style.top_legend(fig, handles, names)
     caption = _caption(ctx, found)
-    return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption),
-                 "training, wall clock on emulated hosts")  # fmt: skip
+    return ctx.finish(fig, caption, "training, wall clock on emulated hosts")  # fmt: skip
 
 
 def _lag_text(found: list[dict]) -> str:

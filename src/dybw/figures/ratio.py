@@ -14,12 +14,11 @@ from .scaffold import Context, Drawn, job_setup, no_runs
 
 @figure("ratio")
 def ratio(ctx: Context) -> Drawn:
-    name, title = ctx.spec.name, ctx.title
     jobs = ctx.completed_jobs(ctx.select(spec=ctx.spec.name, kind="clock"))
     frame = ctx.summaries(jobs)
     fig, axes = style.figure(3, 1, width=4.6, height=3.6)
     if frame.empty:
-        return no_runs(ctx, fig, axes, name, title, source="clock")
+        return no_runs(ctx, fig, axes, "clock")
     by_job = {str(j.relative_dir): j for j in jobs}
     frame["ratio"] = [delay_ratio(by_job[j].plain) for j in frame["job"]]
     labels = style.ordered(frame["label"])
@@ -135,4 +134,4 @@ def ratio(ctx: Context) -> Drawn:
         f"claim{crossing}. "
         f"(b) Mean backup count per worker. (c) Mean iteration duration. Setup: {setup}."
     )
-    return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption), "clock")
+    return ctx.finish(fig, caption, "clock")

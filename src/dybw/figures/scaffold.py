@@ -24,11 +24,21 @@ class Context:
     quick: bool
     command: str
     conf_dir: Path
+    # Captions go to figures.json, README.md and REPRODUCTION.md; an image carries its title, legend and
+    # panels only, as a figure placed in a paper does (`--captions-in-images` embeds them too).
+    captions_in_images: bool = False
 
     @property
     def title(self) -> str:
         """The spec's title, naming the data its training runs really use (``--quick``: synthetic)."""
         return title_for_data(self.spec.title, {j.plain["dataset"]["name"] for j in self.jobs if j.kind == "train"})
+
+    def finish(self, fig, caption: str, source: str = "training") -> Drawn:
+        """Save the spec's figure (title above the legend; the caption underneath only with
+        ``captions_in_images``) as ``<spec>.png`` and ``<spec>.pdf`` in ``out``, and describe it."""
+        name, title = self.spec.name, self.title
+        files = style.finish(fig, self.out, name, title, caption if self.captions_in_images else None)
+        return Drawn(name, title, caption, files, source)
 
     def select(self, spec: str | None = None, kind: str | None = None, **params) -> list[Job]:
         jobs = [j for j in self.jobs if (spec is None or j.spec == spec) and (kind is None or j.kind == kind)]
@@ -68,13 +78,11 @@ def no_data(ax, text="no completed runs"):
     ax.set_yticks([])
 
 
-def no_runs(ctx, fig, axes, name: str, title: str, source: str = "training") -> Drawn:
+def no_runs(ctx: Context, fig, axes, source: str = "training") -> Drawn:
     """The figure of a spec none of whose runs completed: every panel says so."""
     for ax in axes.flat:
         no_data(ax)
-    return Drawn(
-        name, title, "no completed runs", style.finish(fig, ctx.out, name, title, "No completed runs."), source
-    )
+    return ctx.finish(fig, "no completed runs", source)
 
 
 def job_setup(ctx: Context, jobs: list[Job]) -> tuple[dict, dict | None]:

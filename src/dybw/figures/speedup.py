@@ -12,12 +12,11 @@ from .scaffold import Context, Drawn, job_setup, no_runs, source_of
 
 @figure("speedup")
 def speedup(ctx: Context) -> Drawn:
-    name, title = ctx.spec.name, ctx.title
     jobs = ctx.completed_jobs(ctx.select(spec=ctx.spec.name, kind="train"))
     frame = ctx.summaries(jobs)
     fig, axes = style.figure(3, 1, width=4.6, height=3.7)
     if frame.empty:
-        return no_runs(ctx, fig, axes, name, title)
+        return no_runs(ctx, fig, axes)
     labels = style.ordered(frame["label"])
     colors = style.palette(labels)
     sweeps = list(dict.fromkeys(frame["sweep"]))
@@ -122,4 +121,4 @@ def speedup(ctx: Context) -> Drawn:
         f"'{plain['straggler']['name']}'; {style.describe_training(plain, step=False)}. "
         f"Source: training runs, {source_of(ctx, jobs)}."
     )
-    return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption))
+    return ctx.finish(fig, caption)

@@ -12,13 +12,12 @@ from .scaffold import Context, Drawn, dataset_name, job_setup, no_data, no_runs,
 
 @figure("static_b")
 def static_b(ctx: Context) -> Drawn:
-    name, title = ctx.spec.name, ctx.title
     clock = ctx.completed_jobs(ctx.select(spec=ctx.spec.name, kind="clock"))
     train = ctx.completed_jobs(ctx.select(kind="train"))
     frame = ctx.summaries(clock)
     fig, axes = style.figure(3, 1, width=4.6, height=3.6)
     if not clock and not train:
-        return no_runs(ctx, fig, axes, name, title, source="clock + training")
+        return no_runs(ctx, fig, axes, "clock + training")
     colors = style.palette(style.ORDER)
     static_color = style.EXTRA[0]
     handles = []
@@ -80,8 +79,10 @@ def static_b(ctx: Context) -> Drawn:
                 capsize=2,
             )
             top = (stats[0] if stats[2] else 0) + (stats[1] if stats[2] > 1 else 0)
-            ax.text(i, top, f"{reached}/{total}", ha="center", va="bottom", fontsize=8)
-        ticks = [name.replace("cb-Static ", "Static\n").replace("cb-", "") for name in labels]
+            note = style.reach_note(reached, total)
+            if note:
+                ax.text(i, top, note.replace("target ", "").replace(" (", "\n("), ha="center", va="bottom", fontsize=8)
+        ticks = [name.replace(" (", "\n(") for name in labels]
         ax.set_xticks(range(len(labels)), ticks)
         ax.set_ylabel("virtual time to target (s)")
         ax.set_title(f"time to target, training ({dataset_name(first)})")
@@ -116,8 +117,8 @@ def static_b(ctx: Context) -> Drawn:
         f"b the graph "
         f"allows (clamped per worker to d_j - b >= 1) against cb-DyBW (line, band +-1 std). A larger b shortens "
         f"iterations but each worker averages fewer neighbours.{finding} (c) Time until the test accuracy "
-        f"reaches {target:g} in the training runs (labels: "
-        f"runs that reached it). Setup: {style.describe_clock(plain, topology)}. Source: "
+        f"reaches {target:g} in the training runs, mean +- std over the runs that reached it (a label says how "
+        f"many did where not all did). Setup: {style.describe_clock(plain, topology)}. Source: "
         f"{source_of(ctx, clock + train)}."
     )
-    return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption), "clock + training")
+    return ctx.finish(fig, caption, "clock + training")

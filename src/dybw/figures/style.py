@@ -1,4 +1,4 @@
-"""One look for every figure: colours per algorithm, legend on top, caption underneath, PNG + PDF."""
+"""One look for every figure: colours per algorithm, legend on top, PNG + PDF (a caption underneath on request)."""
 
 from __future__ import annotations
 
@@ -92,6 +92,32 @@ def panel_letters(axes) -> None:
         ax.set_title(f"({chr(97 + i)}) {title}", loc="left")
 
 
+def dot_interval(ax, position: float, values, color: str, horizontal: bool = True) -> tuple[float, float]:
+    """One category of a dot plot at ``position``: each value (a run) as a faint dot, their mean as a large dot
+    with whiskers of +-1 sample standard deviation (none for one value). Returns (mean, std); nan if empty."""
+    import numpy as np
+
+    values = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
+    if values.size == 0:
+        return float("nan"), float("nan")
+    mean, std = float(values.mean()), float(values.std(ddof=1)) if values.size > 1 else float("nan")
+    spread = std if values.size > 1 else None
+    at = np.full(values.size, position)
+    xs, ys = (values, at) if horizontal else (at, values)
+    ax.scatter(xs, ys, s=14, color=color, alpha=0.35, linewidths=0, zorder=2)
+    point = {"xerr": spread} if horizontal else {"yerr": spread}
+    x, y = (mean, position) if horizontal else (position, mean)
+    ax.errorbar(x, y, fmt="o", color=color, markersize=6, capsize=2.5, elinewidth=1.2, zorder=3, **point)
+    return mean, std
+
+
+def reach_note(reached: int, total: int) -> str:
+    """What a time-to-target mark says about the runs behind it: nothing when all reached the target."""
+    if reached == total:
+        return ""
+    return f"{reached}/{total} reached" if reached else f"target not reached (0/{total})"
+
+
 def top_legend(fig, handles, labels, ncol: int | None = None) -> None:
     """The single legend of a figure: centred above the panels (the title goes above it in :func:`finish`)."""
     fig.legend(
@@ -105,15 +131,17 @@ def top_legend(fig, handles, labels, ncol: int | None = None) -> None:
     )
 
 
-def finish(fig, out: Path, name: str, title: str, caption: str) -> list[Path]:
-    """Title above the legend, wrapped caption underneath, then ``<name>.png`` and ``<name>.pdf`` in ``out``."""
+def finish(fig, out: Path, name: str, title: str, caption: str | None = None) -> list[Path]:
+    """Title above the legend, the caption (if any) wrapped underneath, then ``<name>.png`` and ``<name>.pdf``
+    in ``out``."""
     renderer = fig.canvas.get_renderer()  # the legend's size does not depend on the layout: no draw needed
     top = 1.0
     for legend in fig.legends:
         top = max(top, 1.0 + legend.get_window_extent(renderer).height / fig.bbox.height)
     fig.suptitle(title, fontweight="bold", fontsize=13, y=top + 0.01, va="bottom")
-    width_chars = int(fig.get_figwidth() * 15.5)
-    fig.text(0.005, -0.01, textwrap.fill(caption, width_chars), ha="left", va="top", fontsize=8.5)
+    if caption:
+        width_chars = int(fig.get_figwidth() * 15.5)
+        fig.text(0.005, -0.01, textwrap.fill(caption, width_chars), ha="left", va="top", fontsize=8.5)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = []

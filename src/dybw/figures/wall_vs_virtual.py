@@ -15,11 +15,10 @@ from .scaffold import Context, Drawn, no_data, no_runs, source_of
 
 @figure("wall_vs_virtual")
 def wall_vs_virtual(ctx: Context) -> Drawn:
-    name, title = ctx.spec.name, ctx.spec.title
     pairs = wall_pairs(ctx)
     fig, axes = style.figure(2, 2, width=5.2, height=3.4)
     if not pairs:
-        return no_runs(ctx, fig, axes, name, title, source="training, wall clock + virtual clock")
+        return no_runs(ctx, fig, axes, "training, wall clock + virtual clock")
     labels = style.ordered([p["label"] for p in pairs])
     colors = style.palette(labels)
     updates = [u for u in ("atc", "cta") if any(p["update"] == u for p in pairs)]
@@ -84,7 +83,7 @@ def wall_vs_virtual(ctx: Context) -> Drawn:
         f"Compare one pair: python -m dybw.compare_clocks <wall job> <virtual job>. "
         f"Source: {source_of(ctx, [p['wall_job'] for p in pairs])}."
     )
-    return Drawn(name, title, caption, style.finish(fig, ctx.out, name, title, caption), "training, wall + virtual")
+    return ctx.finish(fig, caption, "training, wall + virtual")
 
 
 def _agreement_text(plain: dict) -> str:
