@@ -72,13 +72,22 @@ def figure(ncols: int, nrows: int = 1, width: float = 4.0, height: float = 3.2, 
 
 
 def plain_log_ticks(ax, axis: str = "y") -> None:
-    """Readable labels on a log axis, as plain numbers: ticks at 1, 2, 5 x 10^k (more within two decades or less)."""
+    """Readable labels on a log axis, as plain numbers: ticks at 1, 2, 5 x 10^k (more within two decades or
+    less, and every 0.2 x 10^k within a factor of 3)."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     target = ax.yaxis if axis == "y" else ax.xaxis
     low, high = ax.get_ylim() if axis == "y" else ax.get_xlim()
     span = high / max(low, 1e-12)
-    subs = (1.0, 1.5, 2.0, 3.0, 5.0, 7.0) if span < 12 else (1.0, 2.0, 3.0, 5.0) if span < 120 else (1.0, 2.0, 5.0)
+    subs = (
+        (1.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
+        if span < 3
+        else (1.0, 1.5, 2.0, 3.0, 5.0, 7.0)
+        if span < 12
+        else (1.0, 2.0, 3.0, 5.0)
+        if span < 120
+        else (1.0, 2.0, 5.0)
+    )
     target.set_major_locator(LogLocator(base=10, subs=subs))
     target.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     target.set_minor_formatter(NullFormatter())
