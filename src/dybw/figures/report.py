@@ -75,6 +75,7 @@ def build(ctx: Context, specs: dict[str, Spec], quick: bool, base_command: str) 
         "",
     ]
     lines += [f"- **{k}** {v}" for k, v in RULES.items()]
+    lines += ["", "Rule history (each change of a rule made after results were seen):", "", *rules.history_lines()]
     for c in claims:
         lines += ["", f"## {c.key}: {PAPER[c.key]}", "", f"**Verdict: {c.verdict}.** {c.why}", ""]
         if c.details:
