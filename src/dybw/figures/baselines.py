@@ -7,13 +7,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import analysis, style
-from .frames import baseline_order, baselines_frame
+from .frames import PRESET_WORDS, SPLIT_WORDS, baseline_order, baselines_frame
 from .registry import figure
 from .scaffold import Context, Drawn, job_setup, no_runs, source_of
 
-# The delay presets and data splits of the panels, in words.
-PRESETS = {"paper": "the paper's delays", "compute_bound": "compute-bound delays"}
-SPLITS = {"iid": "i.i.d. split", "shards": "label shards", "dirichlet": "Dirichlet split"}
 QUANTITIES = [
     ("time_to_target", "time to target", "virtual time to target (s)"),
     ("final_test_accuracy", "final accuracy", "final test accuracy"),
@@ -45,7 +42,7 @@ def baselines(ctx: Context) -> Drawn:
         colors[m] = color or colors[m]
     for col, (preset, split) in enumerate(columns):
         rows = shown[(shown["preset"] == preset) & (shown["split"] == split)]
-        setting = f"{PRESETS.get(preset, preset)}, {SPLITS.get(split, split)}"
+        setting = f"{PRESET_WORDS.get(preset, preset)}, {SPLIT_WORDS.get(split, split)}"
         for row_index, (value, quantity, xlabel) in enumerate(QUANTITIES):
             ax = axes[row_index, col]
             _dots(ax, rows, methods, colors, value)

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from . import analysis, load, style
+from .frames import SPLIT_WORDS
 from .registry import figure
 from .scaffold import Context, Drawn, dataset_name, job_setup, no_data, no_runs, source_of
 
@@ -88,12 +89,9 @@ def _overlap(frame: pd.DataFrame, iterations: int) -> dict[str, str]:
     }
 
 
-SPLIT_NAMES = {"iid": "i.i.d.", "shards": "label shards", "dirichlet": "Dirichlet"}
-
-
 def _cuts_text(summary: pd.DataFrame, splits: list[str]) -> str:
     cuts = [(split, analysis.reduction(summary, analysis.DYBW, split=split)) for split in splits]
-    return ", ".join(f"{analysis.fmt_pm(cut, 1, 100, ' %')} ({SPLIT_NAMES.get(split, split)})" for split, cut in cuts)
+    return ", ".join(f"{analysis.fmt_pm(cut, 1, 100, ' %')} ({SPLIT_WORDS.get(split, split)})" for split, cut in cuts)
 
 
 def _note(ax, text: str, top: bool) -> None:
@@ -259,7 +257,7 @@ def noniid(ctx: Context) -> Drawn:
             rows = summary[(summary["label"] == label) & (summary["split"] == split)]
             x = s + (i - (len(present) - 1) / 2) * 0.8 / max(len(present), 2)
             style.dot_interval(ax, x, rows["final_test_accuracy"], colors[label], horizontal=False)
-    ax.set_xticks(range(len(splits)), [SPLIT_NAMES.get(s, s) for s in splits])
+    ax.set_xticks(range(len(splits)), [SPLIT_WORDS.get(s, s) for s in splits])
     ax.set_xlim(-0.5, len(splits) - 0.5)
     ax.set_xlabel("split of the training set")
     ax.set_ylabel("final test accuracy")

@@ -229,6 +229,11 @@ def _jobs_of(ctx: Context, frame: pd.DataFrame):
     return [by_dir[job] for job in frame["job"]]
 
 
+# The delay presets and data splits of the alternatives, in words (panel titles, REPRODUCTION.md).
+PRESET_WORDS = {"paper": "the paper's delays", "compute_bound": "compute-bound delays"}
+SPLIT_WORDS = {"iid": "i.i.d. split", "shards": "label shards", "dirichlet": "Dirichlet split"}
+
+
 BASELINE_ORDER = [
     "cb-Full (no barrier)",
     "cb-Full (flood)",

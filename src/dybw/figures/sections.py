@@ -30,12 +30,12 @@ def section_floor(ctx: Context) -> list[str]:
             rows.append(
                 f"| {name} (target {target:g}) | {label} | {fmt_pm(acc, 4)} | {reached}/{total} | {fmt_pm(its, 0)} |"
             )
-        iso = analysis.values(frame, "final_test_accuracy", algo="isolated")
-        full = analysis.values(frame, "final_test_accuracy", label=analysis.REFERENCE)
+        # Paired (same graph and seed) as C5's table pairs it, so the two print the same number.
+        isolated = frame.loc[frame["algo"] == "isolated", "label"].iloc[0]
+        gap = analysis.difference(frame, isolated, "final_test_accuracy")
         reached, total = analysis.reached(frame, algo="isolated")
-        gap = 100 * (full[0] - iso[0]) if iso[2] and full[2] else math.nan
-        notes.append(f"{name}: isolated workers end {gap:.1f} points below cb-Full and reach the target in "
-                     f"{reached}/{total} runs")  # fmt: skip
+        notes.append(f"{name}: isolated workers end {fmt_pm((-gap[0], gap[1], gap[2]), 2, 100)} points below "
+                     f"cb-Full (paired) and reach the target in {reached}/{total} runs")  # fmt: skip
     if len(rows) == 2:
         return []
     return [
@@ -128,14 +128,17 @@ def section_baselines(ctx: Context) -> list[str]:
             lines.append(f"| {preset}, {split} | {rank} | {method} | {fmt_pm(t, 1, 1, ' s')} | {reached}/{total} | "
                          f"{fmt_pm(a, 4)} | {fmt_pm(ratio, 2, unit='x')} |")  # fmt: skip
         dybw_rank = next((i for i, r in enumerate(ranking, 1) if r[2].startswith("cb-DyBW (flood)")), None)
+        where = f"with {frames.PRESET_WORDS.get(preset, preset)} on {_the(frames.SPLIT_WORDS.get(split, split))}"
         if ranking[0][0]:  # even the first missed the target in some run: nobody is "fastest"
-            findings.append(f"{preset}/{split}: no method reached the target in every run")
+            findings.append(f"{where}, no method reached the target in every run")
         else:
             findings.append(
-                f"{preset}/{split}: fastest {ranking[0][2]}; cb-DyBW (flood) ranks {dybw_rank} of {len(ranking)}"
+                f"{where}, {ranking[0][2]} reaches the target first and cb-DyBW (flood) ranks {dybw_rank} of "
+                f"{len(ranking)}"
             )
     adaptive = _adaptive_vs_best_static(frame)
-    lines += ["", "**Where cb-DyBW wins and where it does not.** " + "; ".join(findings) + "." + adaptive]
+    sentence = "; ".join(findings)
+    lines += ["", f"**Where cb-DyBW wins and where it does not.** {sentence[:1].upper()}{sentence[1:]}.{adaptive}"]
     lines += ["", "Figures: [baselines.png](baselines.png)."]
     return lines
 
@@ -154,10 +157,22 @@ def _adaptive_vs_best_static(frame: pd.DataFrame) -> str:
         verdict = "within" if rules.adaptive_within(ratio[0], ratio[2]) else "not within"
         best = static["method"].iloc[0]
         slack = rules.percent(rules.ADAPTIVE.slack)
-        parts.append(f"{split}: {fmt_pm(ratio, 2, unit='x')} the best static b ({best}), {verdict} {slack}")
+        parts.append(
+            f"on {_the(frames.SPLIT_WORDS.get(split, split))} it is {fmt_pm(ratio, 2, unit='x')} the best static "
+            f"b's ({best}), {verdict} {slack}"
+        )
     if not parts:
         return ""
-    return " cb-Adaptive, with no global information, on the 'paper' delays: " + "; ".join(parts) + "."
+    return (
+        " With no global information, cb-Adaptive's time to target on the paper's delays (flooded agreement): "
+        + "; ".join(parts)
+        + "."
+    )
+
+
+def _the(split_words: str) -> str:
+    """ "the i.i.d. split", but "label shards" as it is."""
+    return split_words if split_words.endswith("shards") else f"the {split_words}"
 
 
 def section_wall_clock(ctx: Context) -> list[str]:
