@@ -431,3 +431,21 @@ def test_the_config_hash_names_the_numbers_not_how_they_are_executed():
     assert digest(["runner=mpi", "runner.ranks=3", "runner.chunk=8", "runner.timeout_s=5"]) == local
     assert digest(["runner=local", "runner.threads=2"]) != local
     assert digest(["runner=mpi", "runner.clock=wall", "num_workers=4"]) != digest(["runner=local", "num_workers=4"])
+
+
+@pytest.mark.unit
+def test_a_slow_node_pauses_every_rank_after_each_iteration_from_its_start(monkeypatch):
+    """``runner.fault=slow``: the Slurm tests' jobs last minutes on little CPU.  Every rank sleeps (a rank
+    that waited for a sleeping one would spin in MPI), whatever ``fault_rank`` says, from ``fault_iteration``."""
+    import time
+
+    from dybw.mpi import world
+
+    cfg, _ = compose(TINY + ["runner=mpi", "runner.ranks=1", "runner.fault=slow", "runner.fault_iteration=3"])
+    validate(cfg)  # fault_rank's default (1) is no rank of a 1-rank job: it does not matter for a slow node
+    slept = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    for rank in (0, 5):
+        for iteration in range(1, 6):
+            world._maybe_inject_fault(cfg, rank, iteration)
+    assert slept == [cfg.runner.fault_pause_s] * 6 and cfg.runner.fault_pause_s == 0.02

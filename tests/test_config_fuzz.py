@@ -358,6 +358,7 @@ SECTIONS = {
         "fault",
         "fault_rank",
         "fault_iteration",
+        "fault_pause_s",
     ],
     "logger": ["name", "mode", "project", "entity", "tags", "dir"],
     "hydra": [

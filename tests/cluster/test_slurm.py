@@ -4,7 +4,10 @@ the status ``summary.json`` holds; an interrupted job keeps what it measured and
 of an uninterrupted run; a requeued job finishes by itself.
 
 Each job here is a small synthetic task on 2 MPI ranks (the node's 2 CPUs) running for tens of seconds,
-long enough for Slurm to act on it mid-run.  docs/cluster.md describes the same behaviour for users.
+long enough for Slurm to act on it mid-run: a slow node (``runner.fault=slow``: every rank sleeps 20 ms
+after each iteration) stretches a few thousand iterations over minutes on little CPU, so the tests beside
+these ones keep the machine, and a loaded machine barely changes how long a job runs.  docs/cluster.md
+describes the same behaviour for users.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ pytestmark = pytest.mark.cluster
 
 SCRIPT = Path(__file__).with_name("slurm.sh")
 JOB = ["dataset=synthetic", "model=logreg", "logger=none", "num_workers=4", "progress=false"]
-MPI = ["runner=mpi", "runner.ranks=2"]
+MPI = ["runner=mpi", "runner.ranks=2", "runner.fault=slow", "runner.fault_pause_s=0.02"]  # ~21 ms an iteration
 SLURM = ["hydra/launcher=submitit_slurm"]
 # What the summary and the metrics hold that depends on the machine, not on the computation.
 MEASURED = ("wall_seconds", "evaluation_seconds", "target_probe_seconds", "message")
@@ -142,7 +145,7 @@ def assert_same_run(ours: Path, reference: Path) -> None:
 
 
 def test_a_cancelled_job_is_reported_interrupted_with_what_it_measured_and_resumes_exactly(slurm, tmp_path):
-    size = ["iterations=12000", "eval_every=1000"]
+    size = ["iterations=1200", "eval_every=100"]
     sweep = ["-m", "algo=cb_dybw,cb_full", *JOB, *size, *MPI, *SLURM]
     process = start(sweep, tmp_path)
     results = tmp_path / "results" / "adhoc"
@@ -171,7 +174,7 @@ def test_a_cancelled_job_is_reported_interrupted_with_what_it_measured_and_resum
     assert not any("test accuracy" in path.read_text() for path in rank_1)
     # Flushed at the signal, not at Slurm's SIGKILL 30 s later: the timeline holds every iteration done, up
     # to the last evaluation at least (a timeline's ``iteration`` counts from 0, an evaluation's iterations
-    # done: a signal right after the evaluation at 2000 leaves rows 0..1999; a loaded machine met this).
+    # done: a signal right after the evaluation at 200 leaves rows 0..199; a loaded machine met this).
     flushed = (cut / "timeline.parquet").stat().st_mtime - cancelled_at
     assert flushed < 3, f"the interrupted job's timeline was written {flushed:.1f} s after scancel"
     measured = pd.read_csv(cut / "metrics.csv")
@@ -195,11 +198,10 @@ def test_a_cancelled_job_is_reported_interrupted_with_what_it_measured_and_resum
 
 def test_a_job_at_its_time_limit_is_requeued_and_finishes_with_the_bits_of_an_uninterrupted_run(slurm, tmp_path):
     # Slurm signals SIGUSR2 between 20 and 80 s after the start (a minute's resolution).  The job needs
-    # about 100 s on 2 ranks of an idle machine (50 000 iterations once took 52 s, done before any
-    # signal), so at least one attempt is cut.  An attempt resumes from the last evaluation (a checkpoint
-    # every 2 500 iterations, so little is redone), and enough requeues are allowed for attempts cut
-    # after only 20 s on a loaded machine.
-    size = ["iterations=100000", "eval_every=2500"]
+    # over 100 s on the slow node (5 000 iterations of ~21 ms, and the start-up), so at least one attempt is
+    # cut.  An attempt resumes from the last evaluation (a checkpoint every 125 iterations, so little is
+    # redone), and enough requeues are allowed for attempts cut after only 20 s.
+    size = ["iterations=5000", "eval_every=125"]
     limits = ["hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=40", "hydra.launcher.max_num_timeout=10"]
     process = start(["-m", "algo=cb_dybw", *JOB, *size, *MPI, *SLURM, *limits], tmp_path)
     reference = tmp_path / "uninterrupted"
@@ -238,7 +240,7 @@ def test_a_time_limit_shorter_than_the_job_interrupts_it_with_what_it_measured(s
 
 
 def test_a_killed_rank_fails_its_job_naming_the_task(slurm, tmp_path):
-    process = start(["-m", "algo=cb_dybw", *JOB, "iterations=20000", "eval_every=1000", *MPI, *SLURM], tmp_path)
+    process = start(["-m", "algo=cb_dybw", *JOB, "iterations=2000", "eval_every=100", *MPI, *SLURM], tmp_path)
     results = tmp_path / "results" / "adhoc"
     wait_until(
         lambda: any(results.glob("algo=cb_dybw,*")) and evaluations(job_dir(tmp_path, "cb_dybw")) >= 2,
@@ -261,7 +263,7 @@ def test_a_killed_rank_fails_its_job_naming_the_task(slurm, tmp_path):
 
 
 def test_a_job_whose_node_fails_is_requeued_by_slurm_and_continues_from_its_checkpoint(slurm, tmp_path):
-    size = ["iterations=12000", "eval_every=1000"]
+    size = ["iterations=1200", "eval_every=100"]
     process = start(["-m", "algo=cb_dybw", *JOB, *size, *MPI, *SLURM], tmp_path)
     results = tmp_path / "results" / "adhoc"
     wait_until(

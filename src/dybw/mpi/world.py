@@ -13,7 +13,16 @@ from pathlib import Path
 
 
 def _maybe_inject_fault(cfg, rank: int, iteration: int) -> None:
-    """Test hook (``runner.fault``): make one rank fail in a chosen way at a chosen iteration."""
+    """Test hook (``runner.fault``): make one rank fail in a chosen way at a chosen iteration, or (``slow``)
+    every rank pause ``fault_pause_s`` after each iteration from ``fault_iteration`` on -- a slow node: a job
+    that lasts minutes, as a scheduler's time limits need, while using little CPU (every rank sleeps, so
+    none spins in MPI waiting for another)."""
+    if cfg.runner.fault == "slow":
+        if iteration >= cfg.runner.fault_iteration:
+            import time
+
+            time.sleep(cfg.runner.fault_pause_s)
+        return
     if cfg.runner.fault == "none" or rank != cfg.runner.fault_rank or iteration != cfg.runner.fault_iteration:
         return
     if cfg.runner.fault == "raise":

@@ -11,7 +11,7 @@ from ..mpi import world_size_from_environment
 from ..schema import AtLeast, Choice, Finite
 from .base import RUNNERS, Runner, RunnerConfig
 
-FAULTS = ("none", "raise", "hang", "exit")
+FAULTS = ("none", "raise", "hang", "exit", "slow")
 WAKES = ("bell", "poll")
 
 
@@ -21,9 +21,10 @@ class MpiRunnerConfig(RunnerConfig):
     launcher: list[str]  # e.g. [mpiexec, -n, "{ranks}"] or [srun, -n, "{ranks}"]
     timeout_s: Annotated[float, Finite(0, strict=True, unit="seconds")]  # silence while iterating that fails the job
     startup_timeout_s: Annotated[float, Finite(0, strict=True, unit="seconds")]  # ... while starting or evaluating
-    fault: Annotated[str, Choice(*FAULTS)]  # test hook: make fault_rank raise / hang / exit at fault_iteration
-    fault_rank: int
+    fault: Annotated[str, Choice(*FAULTS)]  # test hook: make fault_rank raise / hang / exit at fault_iteration,
+    fault_rank: int  # or (slow) every rank pause fault_pause_s after each iteration from fault_iteration on
     fault_iteration: int
+    fault_pause_s: Annotated[float, Finite(0, unit="seconds")]
     poll_s: Annotated[float, Finite(0, strict=True, unit="seconds")]  # wall clock: longest sleep unless rung
     wake: Annotated[str, Choice(*WAKES)]  # wall clock: bell (senders wake receivers; one host) | poll
 
@@ -71,7 +72,7 @@ class MpiRunner(Runner):
                     f"the wall clock runs one worker per rank, and this MPI world has {world} ranks: "
                     f"use num_workers={world} or start {cfg.num_workers} ranks",
                 )
-        if runner.fault != "none":
+        if runner.fault not in ("none", "slow"):  # a slow node slows every rank
             highest = resolve_ranks(cfg) - 1
             if not 0 <= runner.fault_rank <= highest:
                 raise ConfigError(
