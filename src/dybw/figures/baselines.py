@@ -97,7 +97,7 @@ def _dots(ax, rows, methods: list[str], colors: dict, value: str) -> None:
         seeds = rows.loc[rows["method"] == method, value].dropna()
         if count and floor is not None and mean < floor:
             ax.annotate(
-                f"{mean:.3f} (off scale)", (left, i), xytext=(4, 0), textcoords="offset points", va="center",
+                f"{mean:.3f} (off scale)", (left, i), xytext=(9, 0), textcoords="offset points", va="center",
                 fontsize=7.5, color=colors[method], arrowprops=None,
             )  # fmt: skip
             ax.plot([left], [i], marker="<", color=colors[method], markersize=7, clip_on=False)
