@@ -74,9 +74,16 @@ def claim_c2(ctx: Context) -> Claim:
     spread = _graphs_and_seeds(frame)
     level = rules.percent(rules.C2.reproduced)
     pairs = _pairs_at_threshold(frame)
-    pairs_text = f"{pairs[0]} of {pairs[1]} graph/seed pairs at or above {level}" if pairs else ""
+    pairs_text = (
+        f"{pairs[0]} of {pairs[1]} graph/seed pairs at or above {level}, range {100 * pairs[2]:.1f} to "
+        f"{100 * pairs[3]:.1f} %"
+        if pairs
+        else ""
+    )
     if pairs:
-        values[analysis.PAPER_SETTING].update(pairs_at_or_above_threshold=pairs[0], pairs=pairs[1])
+        values[analysis.PAPER_SETTING].update(
+            pairs_at_or_above_threshold=pairs[0], pairs=pairs[1], lowest=pairs[2], highest=pairs[3]
+        )
     paid = [f"{name} {_pct(same_cuts[s])}" for s, name in PAID_AGREEMENTS.items() if s in same_cuts]
     number = (
         f"{_pct(_as_stats(paper))} (paper's setting: lock-step, instant agreement{'; ' + pairs_text if pairs else ''})"
@@ -163,8 +170,9 @@ def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def _pairs_at_threshold(frame: pd.DataFrame) -> tuple[int, int] | None:
-    """How many graph/seed pairs of the paper's setting have cb-DyBW's cut at or above C2's threshold."""
+def _pairs_at_threshold(frame: pd.DataFrame) -> tuple[int, int, float, float] | None:
+    """How many graph/seed pairs of the paper's setting have cb-DyBW's cut at or above C2's threshold, of how
+    many, and the smallest and largest cut."""
     if frame.empty:
         return None
     rows = analysis.paired(frame[frame["setting"] == analysis.PAPER_SETTING], "mean_iteration_duration")
@@ -172,7 +180,7 @@ def _pairs_at_threshold(frame: pd.DataFrame) -> tuple[int, int] | None:
     cuts = (1 - dybw["mean_iteration_duration"] / dybw["ref"]).dropna()
     if cuts.empty:
         return None
-    return int(sum(rules.c2_holds(float(c), 1) for c in cuts)), len(cuts)
+    return int(sum(rules.c2_holds(float(c), 1) for c in cuts)), len(cuts), float(cuts.min()), float(cuts.max())
 
 
 def _as_stats(entry: dict) -> tuple:
