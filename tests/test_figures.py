@@ -177,6 +177,45 @@ def test_reproduction_numbers_match_the_results_files(quick):
         assert f"{_pm(ratio, 2)}x" in rows["C3"][3]
 
 
+def _printed_numbers(text: str) -> list[str]:
+    """The decimal numbers of REPRODUCTION.md's prose: not its tables, code blocks, headings, or the rules
+    and their history (thresholds and dates, which rules.py holds)."""
+    prose, code = [], False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            code = not code
+        elif not code and not line.startswith(("|", "#", "- **", "- 20")):
+            prose.append(line)
+    return re.findall(r"(?<![\w.])-?\d+\.\d+", "\n".join(prose))
+
+
+def _json_numbers(value) -> list[float]:
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return []
+    if isinstance(value, (int, float)):
+        return [float(value)]
+    items = value.values() if isinstance(value, dict) else value
+    return [number for item in items for number in _json_numbers(item)]
+
+
+def test_every_number_of_the_reproduction_prose_is_in_reproduction_json(quick):
+    """A number the prose prints (a mean, a spread, a ratio, a break-even delay, a floor, a ranking's time) is
+    one of reproduction.json's, as printed: itself, in % or in ms, at the printed digits -- so every one can
+    be re-derived from the file without parsing sentences."""
+    text = (quick["out"] / "REPRODUCTION.md").read_text()
+    data = json.loads((quick["out"] / "reproduction.json").read_text())
+    assert {"floor", "min_neighbors", "baselines", "wall_clock"} <= set(data["sections"])
+    known = [scale * v for v in _json_numbers(data) for scale in (1, 100, 1000)]
+    printed = _printed_numbers(text)
+    assert len(printed) > 40
+    missing = [
+        token
+        for token in printed
+        if not any(round(abs(v), len(token.split(".")[1])) == abs(float(token)) for v in known)
+    ]
+    assert not missing, f"numbers in REPRODUCTION.md's prose that reproduction.json lacks: {missing}"
+
+
 def test_the_cnn_rows_pair_every_seed_of_the_deep_spec(quick):
     """C5-CNN is the C5 rule over every seed of `experiments/deep.yaml`, one number per network."""
     results, text = quick["results"], (quick["out"] / "REPRODUCTION.md").read_text()

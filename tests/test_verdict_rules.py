@@ -510,7 +510,9 @@ def test_report_adaptive_against_the_best_static_b(ratio, said):
         + [{**common, "algo": "cb_static", "method": "cb-Static (b=1)", "seed": s, "time_to_target": 10.0}
            for s in range(3)]
     )  # fmt: skip
-    assert sections._adaptive_vs_best_static(frame).endswith(f"the best static b's (cb-Static (b=1)), {said}.")
+    text, ratios = sections._adaptive_vs_best_static(frame)
+    assert text.endswith(f"the best static b's (cb-Static (b=1)), {said}.")
+    assert ratios["iid"]["ratio"]["mean"] == pytest.approx(ratio) and ratios["iid"]["within"] is (said == "within 10 %")
 
 
 # --- docs/figures.md ------------------------------------------------------------------------------------

@@ -89,6 +89,7 @@ def claim_c2(ctx: Context) -> Claim:
         f"{_pct(_as_stats(paper))} (paper's setting: lock-step, instant agreement{'; ' + pairs_text if pairs else ''})"
         + (f"; with the agreement paid: {', '.join(paid)}" if paid else "")
     )
+    mix_text, mix = _delay_mix(ctx)
     why = (
         f"On the virtual clock (clock-only jobs: the clock does not depend on the model or the data, so the number "
         f"holds for MNIST and CIFAR-10 alike and is shown once), cb-DyBW's mean iteration is {_pct(_as_stats(paper))} "
@@ -103,8 +104,10 @@ def claim_c2(ctx: Context) -> Claim:
         }[verdict]
         + _robustness(same_cuts, free_cuts)
         + _agreement_break_even(ctx)
-        + _delay_mix(ctx)
+        + mix_text
     )
+    values["break_even_control_delay_s"] = getattr(ctx, "break_even", {})  # nan: never; -inf: from the start
+    values["delay_mix"] = mix
     return Claim(
         "C2", ["durations", "agreement", "ratio"], number, verdict, why, ["durations", "agreement"], table, values
     )
@@ -241,14 +244,15 @@ def _delay_words(delay: float) -> str:
     return f"at a mean control delay of {1000 * delay:.1f} ms"
 
 
-def _delay_mix(ctx: Context) -> str:
-    """What the clock sweep of ``ratio`` says about where a cut at C2's threshold appears."""
+def _delay_mix(ctx: Context) -> tuple[str, dict]:
+    """What the clock sweep of ``ratio`` says about where a cut at C2's threshold appears: the sentence, and
+    its numbers for reproduction.json."""
     red = frames.ratio_frame(ctx, ctx.completed_jobs(ctx.select(spec="ratio", kind="clock")))
     if red.empty:
-        return ""
+        return "", {}
     means = red[red["label"] == DYBW].groupby("ratio")["reduction"].mean().sort_index()
     if means.empty:
-        return ""
+        return "", {}
     level = rules.C2.reproduced
     cross = frames.ratio_crossing(red, DYBW, level)
     where = (
@@ -256,12 +260,21 @@ def _delay_mix(ctx: Context) -> str:
         if math.isfinite(cross)
         else f"it stays below {rules.percent(level)} at every ratio swept"
     )
-    return (
+    numbers = {
+        "ratio_reaching_threshold": cross,
+        "lowest_ratio": float(means.index[0]),
+        "cut_at_lowest_ratio": float(means.iloc[0]),
+        "highest_ratio": float(means.index[-1]),
+        "cut_at_highest_ratio": float(means.iloc[-1]),
+        "paper_ratio": paper_ratio(ctx),
+    }
+    text = (
         f" The cut depends on the delay mix (ratio.png, virtual clock): {where}; with compute-dominated delays "
         f"(ratio {means.index[0]:.2g}) it is {100 * means.iloc[0]:.0f} %, and {100 * means.iloc[-1]:.0f} % at ratio "
         f"{means.index[-1]:.2g}. The 'paper' preset's ratio is "
         f"{paper_ratio(ctx):.2g}."
     )
+    return text, numbers
 
 
 def paper_ratio(ctx: Context) -> float:
@@ -297,8 +310,14 @@ def claim_c3(ctx: Context, groups=None) -> Claim:
         stats = analysis.ratio(frame, DYBW, "iterations_to_target")
         hit = [analysis.reached(frame, label=who) for who in (DYBW, analysis.REFERENCE)]
         everyone = all(h[0] == h[1] and h[1] > 0 for h in hit)
-        values[name] = {"mean": stats[0], "std": stats[1], "seeds": stats[2], "all_reached": everyone}
         target = frame["target_accuracy"].iloc[0]
+        values[name] = {
+            "mean": stats[0],
+            "std": stats[1],
+            "seeds": stats[2],
+            "all_reached": everyone,
+            "target_accuracy": target,
+        }
         parts.append(f"{name} {fmt_pm(stats, 2, unit='x')} (target {target:g})")
         if groups is not None or rules.judged(name):
             strict.append(rules.c3_same_order(stats[0], stats[2], everyone))
@@ -466,6 +485,9 @@ def claim_c4(ctx: Context) -> Claim:
         "other_senders_used": _ms(other_u),
         "slow_senders_used_without_slow_links": _ms(slow_0),
         "other_senders_used_without_slow_links": _ms(other_0),
+        "mean_count": _ms(mean_b),
+        "p05_of_the_mean_over_workers": _ms(lo),
+        "p95_of_the_mean_over_workers": _ms(hi),
     }
     return Claim("C4", ["backups"], number, verdict, why, ["backups"], [], values)
 

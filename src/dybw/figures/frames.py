@@ -186,12 +186,19 @@ def wall_pairs(ctx: Context) -> list[dict]:
     return pairs
 
 
-def wall_load_text(pairs: list[dict]) -> str:
-    """The machine's load average while the wall runs ran (the wall clock samples it every iteration)."""
+def wall_load(pairs: list[dict]) -> list[float]:
+    """The machine's mean 1-minute load average during each wall run (sampled every iteration), lowest and
+    highest ([] when not recorded)."""
     loads = [p["wall_load_average"] for p in pairs if math.isfinite(p.get("wall_load_average", math.nan))]
+    return [min(loads), max(loads)] if loads else []
+
+
+def wall_load_text(pairs: list[dict]) -> str:
+    """The machine's load average while the wall runs ran, in a sentence."""
+    loads = wall_load(pairs)
     if not loads:
         return ""
-    return f" Mean 1-minute load average of the machine during the wall runs: {min(loads):.1f}-{max(loads):.1f}."
+    return f" Mean 1-minute load average of the machine during the wall runs: {loads[0]:.1f}-{loads[1]:.1f}."
 
 
 # --- baselines: the alternatives to cb-DyBW ------------------------------------------------------------

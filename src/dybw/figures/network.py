@@ -208,14 +208,20 @@ def real_network(ctx: Context) -> Drawn:
     return ctx.finish(fig, caption, "training, wall clock on emulated hosts")  # fmt: skip
 
 
-def _lag_text(found: list[dict]) -> str:
-    """How late after each global maximum the lock-step runs' workers learned it, per algorithm and phase."""
-    parts = []
+def _lags(found: list[dict]) -> dict[str, tuple[float, float, int]]:
+    """How late after each global maximum the lock-step runs' workers learned it (mean +- std over runs, in
+    seconds), per ``"<algorithm>'s <phase>"``."""
+    lags_of = {}
     for label in style.ordered([r["label"] for r in found]):
         lags = [r["agreed"]["agreement_lags"] for r in found if r["label"] == label and r.get("agreed")]
         for phase in sorted({phase for lag in lags for phase in lag}):
-            stats = analysis.mean_std([lag[phase]["mean"] for lag in lags if phase in lag])
-            parts.append(f"{label}'s {phase} {analysis.fmt_pm(stats, 1, 1000, ' ms')}")
+            lags_of[f"{label}'s {phase}"] = analysis.mean_std([lag[phase]["mean"] for lag in lags if phase in lag])
+    return lags_of
+
+
+def _lag_text(found: list[dict]) -> str:
+    """:func:`_lags` in a sentence."""
+    parts = [f"{what} {analysis.fmt_pm(stats, 1, 1000, ' ms')}" for what, stats in _lags(found).items()]
     if not parts:
         return ""
     return (
@@ -258,11 +264,12 @@ def _cell(chosen: list[dict], value, digits: int = 1, scale: float = 1000.0, uni
     return analysis.fmt_pm(analysis.mean_std([value(r) for r in chosen]), digits, scale, unit)
 
 
-def real_network_section(ctx: Context) -> list[str]:
-    """REPRODUCTION.md: C2 on shaped TCP links, when the runs of ``real_network`` exist."""
+def real_network_section(ctx: Context) -> tuple[list[str], dict]:
+    """REPRODUCTION.md: C2 on shaped TCP links, when the runs of ``real_network`` exist (its lines and the
+    numbers they print)."""
     found = runs(ctx)
     if not found:
-        return []
+        return [], {}
     rows = ["| setting | algorithm | runs | measured | replayed, free agreement | replayed, measured agreement "
             "| measured / replayed (measured agreement) | same used set (free / measured agreement) |",
             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -297,4 +304,8 @@ def real_network_section(ctx: Context) -> list[str]:
         "",
         "Figures: [real_network.png](real_network.png). Produced by `make real-network` (root: it brings the "
         "emulated hosts up and shapes their links).",
-    ]
+    ], {"cb_dybw_cut": _as_dicts(cuts(found)), "agreement_lag_s": _as_dicts(_lags(found))}  # fmt: skip
+
+
+def _as_dicts(stats_of: dict[str, tuple]) -> dict[str, dict]:
+    return {name: {"mean": s[0], "std": s[1], "runs": s[2]} for name, s in stats_of.items()}

@@ -88,10 +88,12 @@ def build(ctx: Context, specs: dict[str, Spec], quick: bool, base_command: str) 
         if commands and not quick:
             lines += ["", "or, job by job, the same result directories with `run.py`:", "", "```"]
             lines += commands + ["```"]
+    numbers = {}  # what each section prints, for reproduction.json
     for section in SECTIONS:
-        extra = section(ctx)
+        extra, values = section(ctx)
         if extra:
             lines += ["", *extra]
+            numbers[section.__name__.removeprefix("section_")] = values
     lines += ["", "## Runs used", "", "| spec | jobs | completed | results |", "|---|---|---|---|"]
     for name in specs:
         own = [j for j in ctx.jobs if j.spec == name]
@@ -101,6 +103,7 @@ def build(ctx: Context, specs: dict[str, Spec], quick: bool, base_command: str) 
         where = ", ".join(sorted({f"`results/{j.experiment}/`" for j in own}))
         lines.append(f"| {name} | {len(own)} | {len(done)} | {where} |")
     data = {c.key: {"verdict": c.verdict, "number": c.number, "values": c.values, "figures": c.figures} for c in claims}
+    data["sections"] = numbers
     return "\n".join(lines) + "\n", data
 
 
