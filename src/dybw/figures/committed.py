@@ -6,8 +6,9 @@ kept when it can be computed again: the virtual clock never depends on the model
 the ``timeline.parquet`` and ``links.parquet`` of a virtual-clock job on the iteration engine are the clock
 simulated from its config (:func:`.clock_only.simulate`, the very code a training job times itself with), and
 its ``topology.json`` is its graph, built from the config.  What cannot be computed is kept: a wall-clock
-job's timeline and ``links.parquet`` are measurements, and an event-engine job (AD-PSGD) has a timeline
-of its own.  Clock-only jobs keep nothing: they are simulated again (seconds for all of them).
+job's timeline and ``links.parquet`` are measurements (kept with the config its ranks ran and each rank's
+host, which the replay of a shaped-links run reads), and an event-engine job (AD-PSGD) has a timeline of its
+own.  Clock-only jobs keep nothing: they are simulated again (seconds for all of them).
 
 The folder mirrors ``results/``: ``<experiment>/<job>/<file>``, the files byte for byte as the job wrote
 them.
@@ -23,7 +24,9 @@ from ..results import ResultsWriter, read_summary
 from .specs import Job
 
 KEPT = ("summary.json", "metrics.csv")
-MEASURED = ("timeline.parquet", "links.parquet")
+# A measured clock's files, and what its replay reads: the config its ranks ran and each rank's host.
+MEASURED = ("timeline.parquet", "links.parquet", ".mpi/job.json", ".mpi/rank-*.json")
+EXPERIMENT_FILES = ("links.txt",)  # beside an experiment's jobs: the shaped links `make real-network` ran on
 
 
 def clock_is_recomputable(job: Job) -> bool:
@@ -39,7 +42,8 @@ def kept_files(job: Job) -> tuple[str, ...]:
 
 def export(jobs: list[Job], results: Path, folder: Path) -> int:
     """Copy what :data:`KEPT` (and, for measured clocks, :data:`MEASURED`) of every training job in ``jobs``
-    with a completed run of exactly its config into ``folder``; returns how many jobs were copied.  A job's
+    with a completed run of exactly its config into ``folder``, and its experiment's :data:`EXPERIMENT_FILES`;
+    returns how many jobs were copied.  A job's
     earlier copy is replaced whole; the copies of jobs not in ``jobs`` are left as they are."""
     copied = 0
     for job in jobs:
@@ -54,11 +58,23 @@ def export(jobs: list[Job], results: Path, folder: Path) -> int:
             continue
         shutil.rmtree(target, ignore_errors=True)
         target.mkdir(parents=True)
-        for name in kept_files(job):
-            if (source / name).is_file():
-                shutil.copyfile(source / name, target / name)
+        _copy_kept(job, source, target)
+        _copy_experiment_files(source.parent, target.parent)
         copied += 1
     return copied
+
+
+def _copy_kept(job: Job, source: Path, target: Path) -> None:
+    for pattern in kept_files(job):
+        for path in sorted(source.glob(pattern)):
+            (target / path.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target / path.relative_to(source))
+
+
+def _copy_experiment_files(source: Path, target: Path) -> None:
+    for name in EXPERIMENT_FILES:
+        if (source / name).is_file():
+            shutil.copyfile(source / name, target / name)
 
 
 def restore(jobs: list[Job], folder: Path, results: Path) -> int:
@@ -72,9 +88,8 @@ def restore(jobs: list[Job], folder: Path, results: Path) -> int:
             continue
         target = job.job_dir(results)
         target.mkdir(parents=True, exist_ok=True)
-        for name in kept_files(job):
-            if (source / name).is_file():
-                shutil.copyfile(source / name, target / name)
+        _copy_kept(job, source, target)
+        _copy_experiment_files(source.parent, target.parent)
         rebuild(job, target)
         rebuilt += 1
     return rebuilt

@@ -156,7 +156,9 @@ def finish(fig, out: Path, name: str, title: str, caption: str | None = None) ->
     paths = []
     for suffix in ("png", "pdf"):
         path = out / f"{name}.{suffix}"
-        fig.savefig(path, bbox_inches="tight", pad_inches=0.15)
+        # no creation date in a PDF: the same figure gives the same bytes, and a redraw no git change
+        metadata = {"CreationDate": None} if suffix == "pdf" else None
+        fig.savefig(path, bbox_inches="tight", pad_inches=0.15, metadata=metadata)
         paths.append(path)
     plt.close(fig)
     return paths
