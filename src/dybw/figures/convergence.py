@@ -94,9 +94,25 @@ def _cuts_text(summary: pd.DataFrame, splits: list[str]) -> str:
     return ", ".join(f"{analysis.fmt_pm(cut, 1, 100, ' %')} ({SPLIT_WORDS.get(split, split)})" for split, cut in cuts)
 
 
-def _note(ax, text: str, top: bool) -> None:
-    ax.text(0.97, 0.95 if top else 0.05, text, transform=ax.transAxes, ha="right", va="top" if top else "bottom",
-            fontsize=8, color="0.25", bbox={"facecolor": "white", "edgecolor": "0.8", "alpha": 0.9})  # fmt: skip
+def _note(ax, text: str) -> None:
+    """``text`` boxed in the corner of the panel that its curves leave emptiest (drawn last: it reads them)."""
+    drawn = [line.get_xydata() for line in ax.lines]
+    drawn += [path.vertices for band in ax.collections for path in band.get_paths()]  # the bands too
+    to_axes = ax.transAxes.inverted()
+    points = np.concatenate([to_axes.transform(ax.transData.transform(xy)) for xy in drawn] or [np.empty((0, 2))])
+    corners = {(0.97, 0.95): "right top", (0.97, 0.05): "right bottom", (0.03, 0.05): "left bottom",
+               (0.03, 0.95): "left top"}  # fmt: skip
+
+    def crowding(corner) -> int:  # curve points inside a box of half the width and a third of the height
+        x, y = corner
+        inside_x = (points[:, 0] >= 0.5) if x > 0.5 else (points[:, 0] <= 0.5)
+        inside_y = (points[:, 1] >= 0.62) if y > 0.5 else (points[:, 1] <= 0.38)
+        return int((inside_x & inside_y).sum())
+
+    (x, y), where = min(corners.items(), key=lambda item: crowding(item[0]))
+    ha, va = where.split()
+    ax.text(x, y, text, transform=ax.transAxes, ha=ha, va=va, fontsize=8, color="0.25",
+            bbox={"facecolor": "white", "edgecolor": "0.8", "alpha": 0.9})  # fmt: skip
 
 
 @figure("convergence")
@@ -139,8 +155,8 @@ def convergence(ctx: Context) -> Drawn:
     seeds = style.seeds_text(frame["seed"].unique())
     overlap = _overlap(frame, plain["iterations"])
     if overlap:
-        _note(axes[0, 0], overlap["loss_note"], top=True)  # losses fall: the upper right is free
-        _note(axes[1, 0], overlap["accuracy_note"], top=False)  # accuracies rise: the lower right is free
+        _note(axes[0, 0], overlap["loss_note"])
+        _note(axes[1, 0], overlap["accuracy_note"])
     caption = (
         f"Lines: mean over {seeds}; bands: +-1 standard deviation across seeds.{overlap.get('caption', '')} "
         f"The average model "
@@ -164,7 +180,7 @@ def convergence_sweeps(ctx: Context) -> Drawn:
         return no_runs(ctx, fig, axes)
     labels = style.ordered(frame["label"])
     colors = style.palette(labels)
-    handles, setups = {}, []
+    handles, setups, overlaps = {}, [], []
     panels = [
         ("iteration", "train_loss", "training loss (average model)"),
         ("iteration", "test_accuracy", "test accuracy (average model)"),
@@ -193,6 +209,11 @@ def convergence_sweeps(ctx: Context) -> Drawn:
                 ax.axhline(plain["target_accuracy"], color="0.3", ls=":", lw=1)
         if own and not rows.empty:
             plain = own[0].plain
+            overlap = _overlap(rows, plain["iterations"])
+            if overlap:
+                _note(axes[0, col], overlap["loss_note"])
+                _note(axes[1, col], overlap["accuracy_note"])
+                overlaps.append(f" {sweep}: against" + overlap["caption"].removeprefix(" Against"))
             # a sweep may give each algorithm its own tuned step (experiments/deep.yaml)
             steps = style.describe_steps({load.algo_label(j.plain): style.step_rule(j.plain["algo"]) for j in own})
             setups.append(
@@ -205,7 +226,8 @@ def convergence_sweeps(ctx: Context) -> Drawn:
     plain, topology = job_setup(ctx, jobs)
     caption = (
         f"Columns: {'; '.join(setups)}. Lines: mean over {style.seeds_text(frame['seed'].unique())}"
-        f" (bands: +-1 standard deviation when there are several); dotted: the target accuracy. Clock: "
+        f" (bands: +-1 standard deviation when there are several); dotted: the target accuracy."
+        f"{''.join(overlaps)} Clock: "
         f"{style.describe_clock(plain, topology)}. Every algorithm sees the same delays and minibatches per seed. "
         f"Source: training runs (virtual clock), {source_of(ctx, jobs)}."
     )
