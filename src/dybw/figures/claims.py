@@ -288,6 +288,7 @@ def _said(ctx: Context, conclusion: str) -> str:
 
 
 def _missing_text(ctx: Context) -> str:
+    """What is missing, in place of the verdict's sentence (:func:`_said`), which ended with a space."""
     missing = getattr(ctx, "missing", [])
     parts = getattr(ctx, "missing_parts", {})  # spec -> "sweep: k of n completed" for its incomplete sweeps
     if not missing:
@@ -295,8 +296,8 @@ def _missing_text(ctx: Context) -> str:
     rerun = f"(run `python -m dybw.figures --only {','.join(missing)}`)."
     if any(parts.get(spec) for spec in missing):
         named = [f"{spec} ({'; '.join(parts[spec])})" if parts.get(spec) else spec for spec in missing]
-        return f" Runs missing for {', '.join(named)}: the claim is checked on the completed runs only {rerun}"
-    return f" No completed runs for {', '.join(missing)}: the claim is checked on the other datasets only {rerun}"
+        return f"Runs missing for {', '.join(named)}: the claim is checked on the completed runs only {rerun}"
+    return f"No completed runs for {', '.join(missing)}: the claim is checked on the other datasets only {rerun}"
 
 
 def claim_c3(ctx: Context, groups=None) -> Claim:
