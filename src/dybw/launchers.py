@@ -4,8 +4,9 @@ Hydra's default ``basic`` (one after another from this process), whose first lin
 (Hydra's own says "locally", even when each job starts MPI ranks on other hosts).  ``docs/cluster.md``.
 
 dybw's launchers are subclasses of the plugins' (``hydra-joblib-launcher``, ``hydra-submitit-launcher``)
-and of Hydra's basic launcher, with their keys unchanged, in ``src/hydra_plugins/dybw_launchers/`` (Hydra instantiates plugins only from
-the ``hydra_plugins`` package); this module holds what they share.  On top of the plugins they add:
+and of Hydra's basic launcher, with their keys unchanged, in ``src/hydra_plugins/dybw_launchers/`` (Hydra
+instantiates plugins only from the ``hydra_plugins`` package); this module holds what they share.  On top
+of the plugins they add:
 
 - **cores** (joblib, submitit_local): jobs that run at once share the machine.  Each job's share,
   ``cores // jobs at a time``, is what ``runner.ranks=0`` (auto) fills (``$DYBW_CORES``,
