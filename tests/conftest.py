@@ -25,9 +25,18 @@ COSTLY = ("mpi", "figures", "cluster", "hosts")
 
 # Modules whose tests share one worker when pytest-xdist spreads the suite (``make test``: ``-n 2 --dist
 # loadgroup``), longest chain first: one real Slurm and one set of emulated hosts (whose links a test may
-# shape) serve a test at a time, and a module-scoped fixture (the quick figure pipeline, an installed plugin)
-# is built once.  The other tests are spread one by one, the ``slow`` ones first.
-GROUPS = ("test_slurm.py", "test_hosts.py", "test_figures.py", "test_extending.py", "test_tracking.py")
+# shape) serve a test at a time, and a module-scoped fixture (the quick figure pipeline, an installed plugin,
+# the MPI jobs run in shared worlds) is built once.  The other tests are spread one by one, the
+# ``slow`` ones first.
+GROUPS = (
+    "test_slurm.py",
+    "test_hosts.py",
+    "test_figures.py",
+    "test_wall_clock_policies.py",
+    "test_virtual_clock_ranks.py",
+    "test_extending.py",
+    "test_tracking.py",
+)
 
 
 def pytest_collection_modifyitems(config, items):

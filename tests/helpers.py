@@ -28,6 +28,16 @@ TINY = [
     "dataset.batch_size=16",
 ]
 
+# Delays of 80 ms and more keep the wall clock's own costs (a poll's latency per message, ranks sharing
+# cores) a few per cent of an iteration, so the wall-clock tests check the clock rather than the machine's load.
+SLOW_DELAYS = [
+    "straggler=shifted_exp",
+    "straggler.compute.shift=0.08",
+    "straggler.compute.scale=0.02",
+    "straggler.link.shift=0.08",
+    "straggler.link.scale=0.08",
+]
+
 
 def compose(overrides: list[str]):
     """(typed config, resolved plain dict) for the overrides, through Hydra's compose API."""
@@ -43,6 +53,25 @@ def run_config(overrides: list[str], job_dir: Path) -> dict:
     cfg, plain = compose(overrides)
     graph = validate(cfg)
     return run_job(cfg, graph, job_dir, plain, config_hash(plain))
+
+
+def run_in_shared_worlds(jobs: dict[Path, list[str]]) -> dict[Path, object]:
+    """Run MPI jobs (``runner=mpi`` overrides each), keyed by their directories, in as few MPI worlds as their
+    ranks, launcher and threads allow (:meth:`dybw.runners.mpi.MpiRunner.run_batch`, as a multirun does): the
+    ranks start, and import TensorFlow, once per world.  Returns what each job yielded: its summary, or the
+    exception that failed it."""
+    from dybw.runners.mpi import MpiRunner
+
+    worlds: dict[tuple, list[tuple]] = {}
+    for job_dir, overrides in jobs.items():
+        cfg, plain = compose(overrides)
+        validate(cfg)
+        worlds.setdefault(MpiRunner.batch_key(cfg), []).append((cfg, job_dir, plain, config_hash(plain)))
+    results = {}
+    for world in worlds.values():
+        for (_, job_dir, _, _), (result, _) in zip(world, MpiRunner.run_batch(world), strict=True):
+            results[job_dir] = result
+    return results
 
 
 def run_cli(args: list[str], cwd: Path, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -1,4 +1,4 @@
-"""The MPI runner against the local backend, and its behaviour when a rank fails (real mpiexec)."""
+"""The MPI runner when a rank fails or hangs, when a job resumes, and in worlds started by hand (real mpiexec)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from dybw.mpi.health import read_heartbeats
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
-from helpers import TINY, run_cli, run_config  # noqa: E402
+from helpers import SLOW_DELAYS, TINY, run_cli, run_config  # noqa: E402
 
 SMALL = TINY + [
     "num_workers=8",
@@ -32,139 +32,6 @@ SMALL = TINY + [
 
 def metrics(job_dir):
     return pd.read_csv(job_dir / "metrics.csv").drop(columns="wall_seconds")
-
-
-ALGOS = [
-    ["algo=cb_dybw"],
-    ["algo=cb_full", "algo.update=cta"],
-    ["algo=cb_static", "protocol.sync=free", "algo.mixing=metropolis"],
-    ["algo=cb_dybw", "protocol.agreement=flood"],
-    ["algo=cb_static", "algo.update=cta", "protocol.agreement=allreduce"],
-]
-# Every policy on 2 and 4 ranks; 1 rank and 3 uneven groups (3+3+2 workers) with one policy, since the
-# exchange does not depend on it.
-RANK_CASES = [(ranks, algo) for ranks in (2, 4) for algo in ALGOS] + [(1, ALGOS[0]), (3, ALGOS[0])]
-
-
-@pytest.mark.parametrize(("ranks", "algo"), RANK_CASES)
-def test_virtual_clock_matches_the_local_backend_bit_for_bit(tmp_path, ranks, algo):
-    """Same metrics.csv to the last bit (the issue asks <= 1e-6 relative) and the same timeline."""
-    local = run_config(SMALL + algo, tmp_path / "local")
-    mpi = run_config(SMALL + algo + ["runner=mpi", f"runner.ranks={ranks}"], tmp_path / "mpi")
-    assert local["status"] == mpi["status"] == "completed"
-    pd.testing.assert_frame_equal(metrics(tmp_path / "local"), metrics(tmp_path / "mpi"), check_exact=True)
-    timeline_local = pd.read_parquet(tmp_path / "local/timeline.parquet")
-    timeline_mpi = pd.read_parquet(tmp_path / "mpi/timeline.parquet")
-    pd.testing.assert_frame_equal(timeline_local, timeline_mpi)
-    assert (tmp_path / "mpi" / ".mpi" / "job.json").read_text() != ""
-
-
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_light_evaluations_and_probes_match_the_local_backend_bit_for_bit(tmp_path, ranks):
-    """The test-set-only evaluations, and the replay of the interval in which the target is first reached
-    with a probe after every step, shared by the ranks: the local backend's rows, probes included."""
-    from test_evaluation import EVERYTHING, _crossing
-
-    job = SMALL + ["iterations=24", "eval_every=6", "evaluation.full_every_evals=2"]
-    run_config(job + EVERYTHING + ["eval_every=1"], tmp_path / "every")
-    hit, accuracy = _crossing(metrics(tmp_path / "every"), 6, "test_accuracy", 1)
-    job += [f"target_accuracy={accuracy!r}"]
-    local = run_config(job, tmp_path / "local")
-    mpi = run_config(job + ["runner=mpi", f"runner.ranks={ranks}"], tmp_path / "mpi")
-    assert local["iterations_to_target"] == mpi["iterations_to_target"] == hit
-    assert local["target_probes"] == mpi["target_probes"] > 0 and mpi["target_resolution"] == 1
-    rows = metrics(tmp_path / "mpi")
-    assert {"full", "light", "probe"} == set(rows["evaluation"])
-    pd.testing.assert_frame_equal(metrics(tmp_path / "local"), rows, check_exact=True)
-    pd.testing.assert_frame_equal(
-        pd.read_parquet(tmp_path / "local/timeline.parquet"), pd.read_parquet(tmp_path / "mpi/timeline.parquet")
-    )
-
-
-@pytest.mark.slow
-def test_virtual_clock_matches_the_local_backend_at_paper_size(tmp_path):
-    """MNIST, the default mlp, 16 workers, batch 1024: the shapes at which a batched step or a different
-    thread count round differently (trainer.StackedTrainer._adapted, tf_setup.use_threads)."""
-    common = ["dataset=mnist", "logger=none", "progress=false", "iterations=20", "eval_every=10"]
-    run_config(common, tmp_path / "local")
-    run_config(common + ["runner=mpi", "runner.ranks=2"], tmp_path / "mpi")
-    pd.testing.assert_frame_equal(metrics(tmp_path / "local"), metrics(tmp_path / "mpi"), check_exact=True)
-
-
-# Delays of 80 ms and more keep the wall clock's own costs (a poll's latency per message, ranks sharing
-# cores) a few per cent of an iteration, so these tests check the clock rather than the machine's load.
-SLOW_DELAYS = [
-    "straggler=shifted_exp",
-    "straggler.compute.shift=0.08",
-    "straggler.compute.scale=0.02",
-    "straggler.link.shift=0.08",
-    "straggler.link.scale=0.08",
-]
-WALL_CASES = [
-    ["algo=cb_full"],
-    ["algo=cb_static"],
-    ["algo=cb_dybw"],
-    ["algo=cb_dybw", "runner.wake=poll"],  # no doorbells: every arrival found by polling, MPI's own barrier
-    ["algo=cb_dybw", "algo.update=cta", "protocol.agreement=allreduce"],
-    ["algo=cb_static", "algo.update=cta", "protocol.sync=free"],
-    ["algo=cb_adaptive", "protocol.agreement=flood", "topology=ring"],  # news crosses the ring in two hops
-    ["algo=cb_timeout", "algo.timeout=0.1", "algo.update=cta"],
-    ["algo=isolated", "protocol.sync=free"],
-]
-
-
-def _wall_and_virtual(tmp_path, overrides, iterations=20):
-    from dybw.compare_clocks import compare
-
-    runner = [o for o in overrides if o.startswith("runner.")]  # the wall run's own keys
-    common = TINY + SLOW_DELAYS + ["num_workers=4", "topology=complete", f"iterations={iterations}"]
-    common += [f"eval_every={iterations}", *(o for o in overrides if o not in runner)]
-    virtual = run_config(common, tmp_path / "virtual")
-    wall = run_config(common + ["runner=mpi", "runner.clock=wall", *runner], tmp_path / "wall")
-    assert wall["status"] == virtual["status"] == "completed"
-    return compare(tmp_path / "wall", tmp_path / "virtual")
-
-
-def _barrier_held(job_dir, tolerance: float) -> np.ndarray:
-    """Per iteration k >= 1: the earliest start of k minus the latest finish of k-1 (>= 0 in lock-step)."""
-    timeline = pd.read_parquet(job_dir / "timeline.parquet")
-    starts = timeline.groupby("iteration")["start"].min().to_numpy()
-    finishes = timeline.groupby("iteration")["finish"].max().to_numpy()
-    return starts[1:] - finishes[:-1] + tolerance
-
-
-def _assert_durations_match(result: dict) -> None:
-    """The typical iteration within 10 % of the virtual clock's, in the median: a missing barrier or a message
-    sent late shifts every iteration, whereas a stall of a shared machine adds its length / 20 to the mean of
-    20 iterations (a CI machine once added 0.62 s in all, a mean ratio of 1.106, where this machine measures
-    1.01) -- so the mean gets a wider band, and it cannot be faster."""
-    assert 0.9 <= result["median_ratio"] <= 1.1, result["durations"]
-    assert 0.9 <= result["ratio"] <= 1.25, result["durations"]
-
-
-@pytest.mark.parametrize("overrides", WALL_CASES, ids=lambda o: ",".join(x.split("=")[1] for x in o))
-def test_wall_clock_durations_and_used_sets_match_the_virtual_clock(tmp_path, overrides):
-    """4 ranks, every policy, both update orders, both syncs and every agreement among the cases: the measured
-    median iteration within 10 % of the virtual clock's, and mostly the same used sets."""
-    result = _wall_and_virtual(tmp_path, overrides)
-    _assert_durations_match(result)
-    assert result["same_used_set"] >= 0.75, result["same_used_set_per_worker"]
-    timeline = pd.read_parquet(tmp_path / "wall/timeline.parquet")
-    assert len(timeline) == 20 * 4
-    links = pd.read_parquet(tmp_path / "wall/links.parquet")
-    assert (links.groupby(["iteration", "dst"])["used"].sum().to_numpy() == timeline["used"].to_numpy()).all()
-    if "algo=isolated" in overrides:
-        assert (timeline["used"] == 0).all() and links["arrival"].isna().all()  # nothing is ever sent
-    if "protocol.sync=free" not in overrides and "algo.update=cta" in overrides:
-        assert (_barrier_held(tmp_path / "wall", 1e-9) >= 0).all()
-
-
-def test_cta_dybw_in_lockstep_starts_each_iteration_after_every_worker_finished(tmp_path):
-    """Under CTA the local step follows theta, so lock-step needs its end-of-iteration barrier: every worker's
-    start of k+1 is at or after every worker's finish of k (up to the poll interval)."""
-    result = _wall_and_virtual(tmp_path, ["algo=cb_dybw", "algo.update=cta"], iterations=30)  # polls every 1 ms
-    assert (_barrier_held(tmp_path / "wall", 0.001) >= 0).all()
-    _assert_durations_match(result)
 
 
 def test_a_long_wall_clock_run_holds_only_the_current_and_next_iterations_messages(tmp_path):
