@@ -261,6 +261,8 @@ class Composer:
         self.item_sep = hydra_job.get("item_sep", ",")
         self._cache: dict[tuple[str, ...], dict] = {}
         self._groups: dict[tuple[str, ...], object] = {}
+        self._dirnames: dict[tuple[str, ...], str] = {}
+        self.spec_jobs: dict[tuple[str, bool], list[Job]] = {}  # own_jobs's, per (spec, quick)
 
     def _is_group(self, override: str) -> bool:
         key = override.lstrip("+~").split("=", 1)[0]
@@ -304,13 +306,17 @@ class Composer:
         from hydra._internal.config_loader_impl import get_overrides_dirname
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
-        name = get_overrides_dirname(parsed, self.exclude_keys, self.item_sep, self.kv_sep)
-        try:  # run.py's own rule (conf/config.yaml: hydra.sweep.subdir), when it has one
-            from ..results import job_dirname
-        except ImportError:
-            return name or "default"
-        return job_dirname(name)
+        key = tuple(overrides)
+        if key not in self._dirnames:
+            parsed = OverridesParser.create().parse_overrides(list(overrides))
+            name = get_overrides_dirname(parsed, self.exclude_keys, self.item_sep, self.kv_sep)
+            try:  # run.py's own rule (conf/config.yaml: hydra.sweep.subdir), when it has one
+                from ..results import job_dirname
+            except ImportError:
+                self._dirnames[key] = name or "default"
+            else:
+                self._dirnames[key] = job_dirname(name)
+        return self._dirnames[key]
 
 
 def _job(composer: Composer, spec: str, kind: str, overrides: list[str], params: dict, quick: bool) -> Job:
@@ -336,12 +342,16 @@ def _job(composer: Composer, spec: str, kind: str, overrides: list[str], params:
 
 
 def own_jobs(spec: Spec, composer: Composer, quick: bool) -> list[Job]:
-    """The jobs of the spec's own sweeps."""
-    jobs = []
-    for sweep in spec.sweeps:
-        for _variant, overrides, params in sweep_points(sweep, quick):
-            jobs.append(_job(composer, spec.name, sweep.kind, overrides, params, quick))
-    return jobs
+    """The jobs of the spec's own sweeps, composed once per composer (the specs that take jobs from this one
+    ask for them again)."""
+    key = (spec.name, quick)
+    if key not in composer.spec_jobs:
+        composer.spec_jobs[key] = [
+            _job(composer, spec.name, sweep.kind, overrides, params, quick)
+            for sweep in spec.sweeps
+            for _variant, overrides, params in sweep_points(sweep, quick)
+        ]
+    return list(composer.spec_jobs[key])
 
 
 def all_jobs(spec: Spec, specs: dict[str, Spec], composer: Composer, quick: bool, _seen=None) -> list[Job]:
