@@ -8,7 +8,8 @@ their launcher), so the sums are lower bounds.  Use it as the whole suite runs::
     PYTHONPATH=bench .venv/bin/python -m pytest -p cpu_per_test -m "not unit" -n 3 --dist loadgroup
     python bench/cpu_per_test.py                        # the summary: per file, and the 25 costliest tests
 
-Lines go to ``$CPU_PER_TEST_DIR`` (default ``/tmp/cpu_per_test``), one file per xdist worker.
+Lines (node id, wall s, own CPU s, children's CPU s, start as a Unix time) go to ``$CPU_PER_TEST_DIR``
+(default ``/tmp/cpu_per_test``), one file per xdist worker.
 """
 
 from __future__ import annotations
@@ -39,14 +40,15 @@ def pytest_runtest_protocol(item, nextitem):
     OUT.mkdir(parents=True, exist_ok=True)
     with open(OUT / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.tsv", "a") as lines:
         wall = time.time() - started
-        lines.write(f"{item.nodeid}\t{wall:.1f}\t{own_after - own:.1f}\t{children_after - children:.1f}\n")
+        cpu = f"{own_after - own:.1f}\t{children_after - children:.1f}"
+        lines.write(f"{item.nodeid}\t{wall:.1f}\t{cpu}\t{started:.1f}\n")
 
 
 def summary(folder: Path = OUT, top: int = 25) -> str:
     rows = []
     for path in sorted(folder.glob("*.tsv")):
         for line in path.read_text().splitlines():
-            nodeid, wall, own, children = line.split("\t")
+            nodeid, wall, own, children = line.split("\t")[:4]
             rows.append((nodeid, float(wall), float(own) + float(children)))
     by_file: dict[str, list[float]] = {}
     for nodeid, wall, cpu in rows:
