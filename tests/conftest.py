@@ -23,7 +23,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 TIERS_BY_PLACE = {"mpi": "mpi", "test_figures.py": "figures"}  # tests/cluster/ marks its own (cluster, hosts)
 COSTLY = ("mpi", "figures", "cluster", "hosts")
 
-# Modules whose tests share one worker when pytest-xdist spreads the suite (``make test``: ``-n 3 --dist
+# Modules whose tests share one worker when pytest-xdist spreads the suite (``make test``: ``-n 4 --dist
 # loadgroup``), longest chain first: one real Slurm and one set of emulated hosts (whose links a test may
 # shape) serve a test at a time, and a module-scoped fixture (the quick figure pipeline, an installed plugin,
 # the MPI jobs run in shared worlds) is built once.  The other tests are spread one by one, the
@@ -43,7 +43,7 @@ def pytest_collection_modifyitems(config, items):
     """Every test gets one tier by cost: ``unit`` (marked in the module), else ``cluster``/``hosts`` (marked in
     tests/cluster/), else ``mpi`` (tests/mpi/), ``figures`` (tests/test_figures.py), else ``integration``
     (training jobs, run.py in a subprocess).  ``pytest -m <tier>`` selects one; ``make test`` runs ``unit``
-    first, then the rest on three xdist workers, ordered so that no long test is left for the end while the
+    first, then the rest on four xdist workers, ordered so that no long test is left for the end while the
     others idle: the :data:`GROUPS`, then the ``slow`` tests (real datasets, CNNs), then the others."""
     for item in items:
         if any(item.get_closest_marker(tier) for tier in ("unit", *COSTLY)):
