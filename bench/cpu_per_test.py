@@ -5,7 +5,7 @@ thread) and its children's (``RUSAGE_CHILDREN``: the ``run.py`` processes, ``mpi
 waited for).  Not counted: processes nobody waits for (the Slurm jobs, run by slurmd; ranks killed with
 their launcher), so the sums are lower bounds.  Use it as the whole suite runs::
 
-    PYTHONPATH=bench .venv/bin/python -m pytest -p cpu_per_test -m "not unit" -n 3 --dist loadgroup
+    PYTHONPATH=bench .venv/bin/python -m pytest -p cpu_per_test -m "not unit" -n 4 --dist loadgroup
     python bench/cpu_per_test.py                        # the summary: per file, and the 25 costliest tests
 
 Lines (node id, wall s, own CPU s, children's CPU s, start as a Unix time) go to ``$CPU_PER_TEST_DIR``
