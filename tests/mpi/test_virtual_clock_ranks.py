@@ -38,7 +38,7 @@ LIGHT = SMALL + ["iterations=24", "eval_every=6", "evaluation.full_every_evals=2
 PAPER_SIZE = ["dataset=mnist", "logger=none", "progress=false", "iterations=20", "eval_every=10"]
 
 
-def _light_job(root: Path) -> list[str]:
+def _light_job(root: Path) -> tuple[list[str], int]:
     """The light evaluations' job with its target set where a probe must find it (from a run evaluated at every
     iteration, :func:`test_evaluation._crossing`), and the iteration that first reaches it."""
     run_config(LIGHT + EVERYTHING + ["eval_every=1"], root / "every")
