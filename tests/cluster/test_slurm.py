@@ -4,10 +4,11 @@ the status ``summary.json`` holds; an interrupted job keeps what it measured and
 of an uninterrupted run; a requeued job finishes by itself.
 
 Each job here is a small synthetic task on 2 MPI ranks (the node's 2 CPUs) running for tens of seconds,
-long enough for Slurm to act on it mid-run: a slow node (``runner.fault=slow``: every rank sleeps 20 ms
-after each iteration) stretches a few thousand iterations over minutes on little CPU, so the tests beside
-these ones keep the machine, and a loaded machine barely changes how long a job runs.  docs/cluster.md
-describes the same behaviour for users.
+long enough for Slurm to act on it mid-run: a slow node (``runner.fault=slow``: every rank sleeps 20 ms,
+or 200 ms, after each iteration) stretches a few thousand iterations, or a few hundred, over minutes on
+little CPU, so the tests beside these ones keep the machine.  A loaded machine still slows a job: an
+iteration of 21 ms took 33 ms while CI's other tests ran, and starting a job took 25-65 s instead of 10.
+docs/cluster.md describes the same behaviour for users.
 """
 
 from __future__ import annotations
@@ -31,7 +32,14 @@ pytestmark = pytest.mark.cluster
 
 SCRIPT = Path(__file__).with_name("slurm.sh")
 JOB = ["dataset=synthetic", "model=logreg", "logger=none", "num_workers=4", "progress=false"]
-MPI = ["runner=mpi", "runner.ranks=2", "runner.fault=slow", "runner.fault_pause_s=0.02"]  # ~21 ms an iteration
+
+
+def slow_mpi(pause_s: float) -> list[str]:
+    """Two ranks, each sleeping ``pause_s`` after every iteration (the slow node)."""
+    return ["runner=mpi", "runner.ranks=2", "runner.fault=slow", f"runner.fault_pause_s={pause_s}"]
+
+
+MPI = slow_mpi(0.02)  # ~21 ms an iteration on an idle machine
 SLURM = ["hydra/launcher=submitit_slurm"]
 # What the summary and the metrics hold that depends on the machine, not on the computation.
 MEASURED = ("wall_seconds", "evaluation_seconds", "target_probe_seconds", "message")
@@ -70,13 +78,19 @@ def start(args: list[str], cwd: Path) -> subprocess.Popen:
     )
 
 
-def finish(process: subprocess.Popen, timeout: float) -> tuple[int, str]:
+def finish(process: subprocess.Popen, timeout: float, root: Path) -> tuple[int, str]:
+    """run.py's exit code and output; past ``timeout``, a failure showing the end of the output and of
+    every job's run.log under ``root`` (what each Slurm attempt did)."""
     try:
         output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         process.kill()
         output, _ = process.communicate()
-        pytest.fail(f"run.py did not end within {timeout:.0f} s:\n{output[-4000:]}")
+        logs = "".join(
+            f"\n--- {log.parent.name[:60]}/run.log\n" + "\n".join(log.read_text().splitlines()[-40:])
+            for log in sorted((root / "results").glob("**/run.log"))
+        )
+        pytest.fail(f"run.py did not end within {timeout:.0f} s:\n{output[-3000:]}{logs}")
     return process.returncode, output
 
 
@@ -157,7 +171,7 @@ def test_a_cancelled_job_is_reported_interrupted_with_what_it_measured_and_resum
     cut = job_dir(tmp_path, "cb_dybw")
     cancelled_at = time.time()
     subprocess.run(["scancel", slurm_job(tmp_path, 0)], check=True)
-    code, output = finish(process, 300)
+    code, output = finish(process, 300, tmp_path)
 
     # One line per job, whatever ended it; the sweep fails because one job did not complete.
     assert code == 1, output[-4000:]
@@ -185,7 +199,7 @@ def test_a_cancelled_job_is_reported_interrupted_with_what_it_measured_and_resum
 
     # The same command with resume=true: the cut job continues from its checkpoint, the finished one is
     # skipped, and the result is the uninterrupted run's to the bit.
-    code, output = finish(start([*sweep, "resume=true"], tmp_path), 300)
+    code, output = finish(start([*sweep, "resume=true"], tmp_path), 300, tmp_path)
     assert code == 0, output[-4000:]
     assert len(lines(output, "completed")) == 2
     log = (cut / "run.log").read_text()
@@ -197,16 +211,19 @@ def test_a_cancelled_job_is_reported_interrupted_with_what_it_measured_and_resum
 
 
 def test_a_job_at_its_time_limit_is_requeued_and_finishes_with_the_bits_of_an_uninterrupted_run(slurm, tmp_path):
-    # Slurm signals SIGUSR2 between 20 and 80 s after the start (a minute's resolution).  The job needs
-    # over 100 s on the slow node (5 000 iterations of ~21 ms, and the start-up), so at least one attempt is
-    # cut.  An attempt resumes from the last evaluation (a checkpoint every 125 iterations, so little is
-    # redone), and enough requeues are allowed for attempts cut after only 20 s.
-    size = ["iterations=5000", "eval_every=125"]
+    # Slurm signals SIGUSR2 between 20 and 80 s after the start (a minute's resolution).  The job sleeps
+    # 100 s on the slow node (500 iterations, 200 ms after each), so at least one attempt is cut.  Sleeping
+    # rather than computing keeps the job's length nearly the same on a loaded machine: with 5 000
+    # iterations of 20 ms, the tests beside this one stretched each iteration to 33 ms and each attempt's
+    # start to 25-65 s of its 80, and eleven attempts did not finish the job.  An attempt resumes from the
+    # last evaluation (a checkpoint every 20 iterations, so little is redone), and enough requeues are
+    # allowed for attempts cut after only 20 s.
+    size = ["iterations=500", "eval_every=20"]
     limits = ["hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=40", "hydra.launcher.max_num_timeout=10"]
-    process = start(["-m", "algo=cb_dybw", *JOB, *size, *MPI, *SLURM, *limits], tmp_path)
+    process = start(["-m", "algo=cb_dybw", *JOB, *size, *slow_mpi(0.2), *SLURM, *limits], tmp_path)
     reference = tmp_path / "uninterrupted"
     run_config(["algo=cb_dybw", *JOB, *size, "runner=local"], reference)  # meanwhile
-    code, output = finish(process, 900)
+    code, output = finish(process, 900, tmp_path)
 
     assert code == 0, output[-4000:]
     (completed,) = lines(output, "completed")
@@ -223,7 +240,8 @@ def test_a_time_limit_shorter_than_the_job_interrupts_it_with_what_it_measured(s
     # limit however fast the machine.
     size = ["iterations=1000000", "eval_every=20000"]
     limits = ["hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=40"]
-    code, output = finish(start(["-m", "algo=cb_dybw", *JOB, *size, "runner=local", *SLURM, *limits], tmp_path), 600)
+    process = start(["-m", "algo=cb_dybw", *JOB, *size, "runner=local", *SLURM, *limits], tmp_path)
+    code, output = finish(process, 600, tmp_path)
 
     assert code == 1, output[-4000:]
     (interrupted,) = lines(output, "interrupted")
@@ -250,7 +268,7 @@ def test_a_killed_rank_fails_its_job_naming_the_task(slurm, tmp_path):
     ours = job_dir(tmp_path, "cb_dybw")
     rank_1 = json.loads((ours / ".mpi" / "rank-1.json").read_text())["pid"]
     os.kill(rank_1, signal.SIGKILL)
-    code, output = finish(process, 300)
+    code, output = finish(process, 300, tmp_path)
 
     assert code == 1, output[-4000:]
     (error,) = [line for line in output.splitlines() if line.startswith("error: ")]
@@ -275,7 +293,7 @@ def test_a_job_whose_node_fails_is_requeued_by_slurm_and_continues_from_its_chec
     try:
         # What slurmctld does when a node stops answering, at once.
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=dybw-test"], check=True)
-        code, output = finish(process, 300)
+        code, output = finish(process, 300, tmp_path)
     finally:
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
 
