@@ -47,6 +47,17 @@ def test_a_caption_goes_into_the_image_only_when_asked(tmp_path):
     assert heights[True] - heights[False] > 60
 
 
+def test_without_images_a_figure_is_described_and_no_file_is_written(tmp_path):
+    style.setup()
+    fig, axes = style.figure(1)
+    axes[0, 0].plot([0, 1], [0, 1])
+    context = _context(tmp_path, False)
+    context.images = False
+    drawn = context.finish(fig, CAPTION, "clock")
+    assert drawn.caption == CAPTION and drawn.title == "A figure" and drawn.files == []
+    assert not any(context.out.iterdir())
+
+
 def test_a_dot_interval_shows_each_run_and_the_mean_with_one_standard_deviation():
     style.setup()
     fig, axes = style.figure(1)

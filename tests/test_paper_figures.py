@@ -27,7 +27,7 @@ def _figures(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_the_committed_paper_figures_are_rebuilt_from_their_compact_results_byte_for_byte(tmp_path):
-    """Full size, from a checkout alone: ``python -m dybw.figures --from-committed`` on a copy of
+    """Full size, from a checkout alone: ``python -m dybw.figures --from-committed --no-images`` on a copy of
     paper_figures/ (no results/ of any run) writes REPRODUCTION.md, figures.json, reproduction.json and
     README.md exactly as committed -- every number published is re-derivable without training (about a
     minute on 2 idle cores: the clock-only jobs are simulated again)."""
@@ -40,11 +40,15 @@ def test_the_committed_paper_figures_are_rebuilt_from_their_compact_results_byte
     from dybw.figures.specs import load_specs
 
     every_spec = ",".join(load_specs(REPO / "experiments"))  # the opt-in CNN spec too, as committed
-    args = ["--from-committed", "--only", every_spec, "--out", str(copy), "--results", str(tmp_path / "results")]
-    proc = _figures(*args, timeout=900)
+    images = {p.name: p.stat().st_mtime_ns for p in copy.glob("*.p[nd][gf]")}
+    args = ["--from-committed", "--no-images", "--only", every_spec, "--out", str(copy)]
+    proc = _figures(*args, "--results", str(tmp_path / "results"), timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for name in texts:
         assert (copy / name).read_bytes() == (committed / name).read_bytes(), name
+    # the figures were built for their captions and numbers, and none was rendered over the committed ones
+    assert {p.name: p.stat().st_mtime_ns for p in copy.glob("*.p[nd][gf]")} == images
+    assert proc.stdout.count("no image (--no-images)") == len(images) / 2
 
 
 def test_the_committed_results_are_compact_and_of_the_current_specs():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 from dybw.mpi.health import read_heartbeats
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
-from helpers import SLOW_DELAYS, TINY, run_cli, run_config  # noqa: E402
+from helpers import SLOW_DELAYS, TINY, run_cli, run_config, run_in_shared_worlds  # noqa: E402
 
 SMALL = TINY + [
     "num_workers=8",
@@ -54,20 +55,11 @@ def test_a_long_wall_clock_run_holds_only_the_current_and_next_iterations_messag
 
 
 def _batch(tmp_path, jobs: dict[str, list[str]]) -> list:
-    """Run the named wall-clock jobs (4 ranks) in one MPI world; returns what each yielded."""
-    from dybw.config import validate
-    from dybw.results import config_hash
-    from dybw.runners.mpi import MpiRunner
-    from helpers import compose
-
+    """Run the named wall-clock jobs (4 ranks) in one MPI world; returns what each yielded, in order."""
     common = TINY + SLOW_DELAYS + ["num_workers=4", "topology=complete", "runner=mpi", "runner.clock=wall"]
-    items = []
-    for name, overrides in jobs.items():
-        cfg, plain = compose(common + overrides)
-        validate(cfg)
-        items.append((cfg, tmp_path / name, plain, config_hash(plain)))
-    assert len({MpiRunner.batch_key(cfg) for cfg, *_ in items}) == 1
-    return [result for result, _ in MpiRunner.run_batch(items)]
+    named = {tmp_path / name: common + overrides for name, overrides in jobs.items()}
+    results = run_in_shared_worlds(named)
+    return [results[job_dir] for job_dir in named]
 
 
 def test_wall_clock_jobs_in_one_world_each_write_their_own_results(tmp_path):
@@ -203,28 +195,42 @@ def test_a_rank_killed_with_sigkill_is_named_and_nothing_is_left(tmp_path):
     assert summary["status"] == "failed"
 
 
+@pytest.fixture(scope="module")
+def cut_off_job(tmp_path_factory):
+    """A 2-rank job whose rank 1 died after iteration 24 (its checkpoint: iteration 20), and the same job
+    run whole on the local backend (the same bits as MPI: test_virtual_clock_ranks.py).  Made once; each
+    test resumes a copy."""
+    root = tmp_path_factory.mktemp("cut_off")
+    common = SMALL + ["iterations=40", "eval_every=10"]
+    run_config(common + ["runner=local"], root / "whole")
+    with pytest.raises(Exception, match="rank 1"):
+        run_config(
+            common + ["runner=mpi", "runner.ranks=2", "runner.fault=exit", "runner.fault_iteration=25"], root / "cut"
+        )
+    return common, root / "whole", root / "cut"
+
+
 @pytest.mark.parametrize("resume_runner", [["runner=mpi", "runner.ranks=2"], ["runner=local"]])
-def test_a_cut_off_mpi_job_resumes_from_its_checkpoint_with_the_uninterrupted_numbers(tmp_path, resume_runner):
+def test_a_cut_off_mpi_job_resumes_from_its_checkpoint_with_the_uninterrupted_numbers(
+    tmp_path, cut_off_job, resume_runner
+):
     """Rank 1 dies after iteration 24; the checkpoint of iteration 20 continues the job -- on MPI, or on
     the local backend, since both compute the same bits -- to the uninterrupted run's files."""
-    common = SMALL + ["iterations=40", "eval_every=10"]
-    mpi = ["runner=mpi", "runner.ranks=2"]
-    run_config(common + mpi, tmp_path / "whole")
-    with pytest.raises(Exception, match="rank 1"):
-        run_config(common + mpi + ["runner.fault=exit", "runner.fault_iteration=25"], tmp_path / "cut")
-    with np.load(tmp_path / "cut" / "checkpoint.npz") as checkpoint:
+    common, whole, cut_off = cut_off_job
+    cut = shutil.copytree(cut_off, tmp_path / "cut")
+    with np.load(cut / "checkpoint.npz") as checkpoint:
         assert int(checkpoint["iteration"]) == 20
-    before = pd.read_csv(tmp_path / "cut" / "metrics.csv")
-    resumed = run_config(common + resume_runner + ["resume=true"], tmp_path / "cut")
+    before = pd.read_csv(cut / "metrics.csv")
+    resumed = run_config(common + resume_runner + ["resume=true"], cut)
     assert resumed["status"] == "completed" and resumed["iterations"] == 40
-    after = pd.read_csv(tmp_path / "cut" / "metrics.csv")
+    after = pd.read_csv(cut / "metrics.csv")
     # resumed, not rerun: the rows up to the checkpoint are the cut run's own, wall times included
     assert after[after["iteration"] <= 20].equals(before[before["iteration"] <= 20])
-    pd.testing.assert_frame_equal(metrics(tmp_path / "cut"), metrics(tmp_path / "whole"), check_exact=True)
+    pd.testing.assert_frame_equal(metrics(cut), metrics(whole), check_exact=True)
     pd.testing.assert_frame_equal(
-        pd.read_parquet(tmp_path / "cut" / "timeline.parquet"), pd.read_parquet(tmp_path / "whole" / "timeline.parquet")
+        pd.read_parquet(cut / "timeline.parquet"), pd.read_parquet(whole / "timeline.parquet")
     )
-    assert not (tmp_path / "cut" / "checkpoint.npz").exists()
+    assert not (cut / "checkpoint.npz").exists()
 
 
 def test_missing_dataset_files_are_one_line_before_any_rank_starts(tmp_path):

@@ -58,6 +58,12 @@ def _parser() -> argparse.ArgumentParser:
         help="print each figure's caption under it in the PNG/PDF too (default: captions only in figures.json, "
         "README.md and REPRODUCTION.md)",
     )
+    parser.add_argument(
+        "--no-images",
+        action="store_true",
+        help="write REPRODUCTION.md, reproduction.json, figures.json and README.md as a full run would, but no "
+        "PNG/PDF (the numbers without the rendering, e.g. to check them against the committed ones)",
+    )
     parser.add_argument("--list", action="store_true", help="list the specs and their jobs, then exit")
     parser.add_argument(
         "--jobs",
@@ -162,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
         spec = specs[name]
         # the jobs of the specs it reads from: finished results only, never run
         jobs = per_spec[name] + read[name]
-        ctx = scaffold.Context(spec, jobs, results, out, args.quick, command, Path(args.conf), args.captions_in_images)
+        ctx = scaffold.Context(
+            spec, jobs, results, out, args.quick, command, Path(args.conf), args.captions_in_images, not args.no_images
+        )
         t0 = time.perf_counter()
         if spec.figure == TABLE:
             files = report.write(
@@ -187,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{name}] FAILED to draw: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
             continue
         drawn.append((spec, result))
-        print(f"[{name}] drew {', '.join(str(f) for f in result.files)} ({time.perf_counter() - t0:.1f} s)", flush=True)
+        files = ", ".join(str(f) for f in result.files) or "no image (--no-images)"
+        print(f"[{name}] drew {files} ({time.perf_counter() - t0:.1f} s)", flush=True)
     _write_index(out, specs, drawn, args.quick)
     total = time.perf_counter() - started
     print(

@@ -27,6 +27,9 @@ class Context:
     # Captions go to figures.json, README.md and REPRODUCTION.md; an image carries its title, legend and
     # panels only, as a figure placed in a paper does (`--captions-in-images` embeds them too).
     captions_in_images: bool = False
+    # `--no-images`: every figure is built (its caption and numbers feed figures.json and REPRODUCTION.md)
+    # but none is rendered to a file.
+    images: bool = True
 
     @property
     def title(self) -> str:
@@ -35,9 +38,11 @@ class Context:
 
     def finish(self, fig, caption: str, source: str = "training") -> Drawn:
         """Save the spec's figure (title above the legend; the caption underneath only with
-        ``captions_in_images``) as ``<spec>.png`` and ``<spec>.pdf`` in ``out``, and describe it."""
+        ``captions_in_images``) as ``<spec>.png`` and ``<spec>.pdf`` in ``out`` unless ``images`` is off, and
+        describe it."""
         name, title = self.spec.name, self.title
-        files = style.finish(fig, self.out, name, title, caption if self.captions_in_images else None)
+        embedded = caption if self.captions_in_images else None
+        files = style.finish(fig, self.out, name, title, embedded, save=self.images)
         return Drawn(name, title, caption, files, source)
 
     def select(self, spec: str | None = None, kind: str | None = None, **params) -> list[Job]:

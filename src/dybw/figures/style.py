@@ -140,9 +140,9 @@ def top_legend(fig, handles, labels, ncol: int | None = None) -> None:
     )
 
 
-def finish(fig, out: Path, name: str, title: str, caption: str | None = None) -> list[Path]:
+def finish(fig, out: Path, name: str, title: str, caption: str | None = None, save: bool = True) -> list[Path]:
     """Title above the legend, the caption (if any) wrapped underneath, then ``<name>.png`` and ``<name>.pdf``
-    in ``out``."""
+    in ``out`` (nothing written with ``save=False``: rendering is most of a figure's cost)."""
     renderer = fig.canvas.get_renderer()  # the legend's size does not depend on the layout: no draw needed
     top = 1.0
     for legend in fig.legends:
@@ -154,7 +154,7 @@ def finish(fig, out: Path, name: str, title: str, caption: str | None = None) ->
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for suffix in ("png", "pdf"):
+    for suffix in ("png", "pdf") if save else ():
         path = out / f"{name}.{suffix}"
         # no creation date in a PDF: the same figure gives the same bytes, and a redraw no git change
         metadata = {"CreationDate": None} if suffix == "pdf" else None
