@@ -32,7 +32,8 @@ data:  ## link ./data to an offline copy of the datasets (DYBW_DATA_DIR, else ..
 # The tiers after `unit` on this many pytest-xdist workers (tests/conftest.py keeps the tests that share a
 # Slurm, the emulated hosts or a costly fixture on one worker, longest first).  4 on 2 cores: the Slurm tests
 # spend most of their 14 minutes waiting on Slurm's minute-resolution time limits, and many others wait on
-# slept delays, so more workers than cores keep both cores busy (bench/cpu_per_test.py).  1: one process.
+# slept delays, so more workers than cores keep both cores busy (bench/cpu_per_test.py); five were slower
+# than four (docs/results.md).  1: one process.
 TEST_WORKERS ?= 4
 
 test: $(INSTALLED) data  ## every tier: unit first (a minute), then the rest on TEST_WORKERS workers, naming the 25 slowest

@@ -17,7 +17,8 @@ limit.  submitit, which runs the tasks, would ignore SIGTERM; instead:
   instead and ends the world.
 - **SIGUSR2**: with requeues left (``hydra.launcher.max_num_timeout``), rank 0 has submitit requeue the
   job -- with ``resume=true`` added, so that it continues from its last checkpoint -- and stops as on
-  SIGTERM.  Without, it is ignored and the job runs until its time limit.
+  SIGTERM.  Without, it is ignored and the job runs until its time limit.  Once the job has returned it
+  is ignored too: a task winding down must not die of it (Slurm would say FAILED for a completed job).
 - An interrupted task leaves without a result for submitit: Slurm's state says how the job ended.
 
 **In run.py** (:func:`wait_for_jobs`, :func:`job_end`).  The sweep waits for every job and reports each as
@@ -146,6 +147,11 @@ class Task:
     def __exit__(self, kind, error, traceback) -> bool:
         if not isinstance(error, KeyboardInterrupt):
             self.over = True  # returned, or failed in the ordinary way: submitit records it
+            # The time limit's SIGUSR2 may still come while the task winds down (TensorFlow and MPI take a
+            # second or more to tear down).  Python's shutdown resets a signal handled by a Python function
+            # to the default action, which kills the task -- Slurm then says FAILED for a completed job --
+            # but it keeps an ignored signal ignored.
+            signal.signal(signal.SIGUSR2, signal.SIG_IGN)
             return False
         if self.rank == 0:
             self._ensure_summary(error)

@@ -86,12 +86,22 @@ def finish(process: subprocess.Popen, timeout: float, root: Path) -> tuple[int, 
     except subprocess.TimeoutExpired:
         process.kill()
         output, _ = process.communicate()
-        logs = "".join(
-            f"\n--- {log.parent.name[:60]}/run.log\n" + "\n".join(log.read_text().splitlines()[-40:])
-            for log in sorted((root / "results").glob("**/run.log"))
-        )
+        logs = log_tails(root, "**/run.log", 40)
         pytest.fail(f"run.py did not end within {timeout:.0f} s:\n{output[-3000:]}{logs}")
     return process.returncode, output
+
+
+def log_tails(root: Path, pattern: str, lines: int) -> str:
+    """The last ``lines`` of every log matching ``pattern`` under ``root``/results, each under its name."""
+    return "".join(
+        f"\n--- {str(log.relative_to(root))[-90:]}\n" + "\n".join(log.read_text().splitlines()[-lines:])
+        for log in sorted((root / "results").glob(pattern))
+    )
+
+
+def task_logs(root: Path) -> str:
+    """The end of every Slurm task's error log under ``root`` (srun says there which task died, and how)."""
+    return log_tails(root, "**/.submitit/*/*_log.err", 15)
 
 
 def wait_until(predicate, timeout: float, what: str) -> None:
@@ -229,7 +239,7 @@ def test_a_job_at_its_time_limit_is_requeued_and_finishes_with_the_bits_of_an_un
     (completed,) = lines(output, "completed")
     ours = job_dir(tmp_path, "cb_dybw")
     states = accounting(slurm_job(tmp_path, 0))
-    assert states[0] == "REQUEUED" and states[-1] == "COMPLETED", states
+    assert states[0] == "REQUEUED" and states[-1] == "COMPLETED", f"{states}{task_logs(tmp_path)}"
     assert "resuming after iteration" in (ours / "run.log").read_text()
     assert_same_run(ours, reference)
 
@@ -247,7 +257,7 @@ def test_a_time_limit_shorter_than_the_job_interrupts_it_with_what_it_measured(s
     (interrupted,) = lines(output, "interrupted")
     assert "stopped at its time limit (hydra.launcher.timeout_min)" in interrupted
     ours = job_dir(tmp_path, "cb_dybw")
-    assert accounting(slurm_job(tmp_path, 0)) == ["TIMEOUT"]
+    assert accounting(slurm_job(tmp_path, 0)) == ["TIMEOUT"], task_logs(tmp_path)
     assert summary(ours)["status"] == "interrupted" and evaluations(ours) >= 2
     log = (ours / "run.log").read_text()
     assert "not requeued" in log and "stopped by Slurm (SIGTERM" in log
@@ -275,7 +285,7 @@ def test_a_killed_rank_fails_its_job_naming_the_task(slurm, tmp_path):
     assert (
         error.startswith(f"error: {ours.name}: a task of its Slurm job failed (FAILED)") and "task 1: Killed" in error
     )
-    assert accounting(slurm_job(tmp_path, 0)) == ["FAILED"]
+    assert accounting(slurm_job(tmp_path, 0)) == ["FAILED"], task_logs(tmp_path)
     assert summary(ours)["status"] == "failed" and "task 1: Killed" in summary(ours)["message"]
     assert evaluations(ours) >= 2  # what was measured before stays
 
@@ -300,7 +310,7 @@ def test_a_job_whose_node_fails_is_requeued_by_slurm_and_continues_from_its_chec
     assert code == 0, output[-4000:]
     (completed,) = lines(output, "completed")
     ours = job_dir(tmp_path, "cb_dybw")
-    assert accounting(slurm_job(tmp_path, 0)) == ["NODE_FAIL", "COMPLETED"]
+    assert accounting(slurm_job(tmp_path, 0)) == ["NODE_FAIL", "COMPLETED"], task_logs(tmp_path)
     assert "resuming after iteration" in (ours / "run.log").read_text()
     reference = tmp_path / "uninterrupted"
     run_config(["algo=cb_dybw", *JOB, *size, "runner=local"], reference)
