@@ -23,6 +23,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 TIERS_BY_PLACE = {
     "mpi": "mpi",
     "test_figures.py": "figures",
+    "test_figure_pipeline.py": "figures",
     "test_paper_figures.py": "figures",
 }  # tests/cluster/ marks its own (cluster, hosts)
 COSTLY = ("mpi", "figures", "cluster", "hosts")
@@ -45,10 +46,11 @@ GROUPS = (
 
 def pytest_collection_modifyitems(config, items):
     """Every test gets one tier by cost: ``unit`` (marked in the module), else ``cluster``/``hosts`` (marked in
-    tests/cluster/), else ``mpi`` (tests/mpi/), ``figures`` (tests/test_*figures.py), else ``integration``
-    (training jobs, run.py in a subprocess).  ``pytest -m <tier>`` selects one; ``make test`` runs ``unit``
-    first, then the rest on four xdist workers, ordered so that no long test is left for the end while the
-    others idle: the :data:`GROUPS`, then the ``slow`` tests (real datasets, CNNs), then the others."""
+    tests/cluster/), else ``mpi`` (tests/mpi/), ``figures`` (the figure pipeline's modules,
+    :data:`TIERS_BY_PLACE`), else ``integration`` (training jobs, run.py in a subprocess).  ``pytest -m
+    <tier>`` selects one; ``make test`` runs ``unit`` first, then the rest on four xdist workers, ordered so
+    that no long test is left for the end while the others idle: the :data:`GROUPS`, then the ``slow`` tests
+    (real datasets, CNNs), then the others."""
     for item in items:
         if any(item.get_closest_marker(tier) for tier in ("unit", *COSTLY)):
             continue

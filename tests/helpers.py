@@ -81,6 +81,30 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 300, env: dict | None =
     )
 
 
+# The figures ``python -m dybw.figures`` draws by default (the opt-in CNN spec's ``deep`` apart).
+DEFAULT_FIGURES = [
+    "agreement",
+    "backups",
+    "baselines",
+    "convergence_cifar10",
+    "convergence_mnist",
+    "durations",
+    "min_neighbors",
+    "noniid",
+    "ratio",
+    "speedup",
+    "static_b",
+    "wall_vs_virtual",
+]
+
+
+def run_figures(*args: str, timeout: float = 1500) -> subprocess.CompletedProcess:
+    """``python -m dybw.figures ARGS`` in a subprocess, from the checkout."""
+    return subprocess.run(
+        [sys.executable, "-m", "dybw.figures", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
+
+
 def topology(name: str, **values):
     """The typed topology config of ``conf/topology/<name>.yaml``, with ``values`` replacing its keys."""
     import yaml

@@ -12,36 +12,16 @@ import math
 import re
 import shutil
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from helpers import DEFAULT_FIGURES, run_figures
+
 REPO = Path(__file__).resolve().parents[1]
-FIGURES = [
-    "agreement",
-    "backups",
-    "baselines",
-    "convergence_cifar10",
-    "convergence_mnist",
-    "durations",
-    "min_neighbors",
-    "noniid",
-    "ratio",
-    "speedup",
-    "static_b",
-    "wall_vs_virtual",
-]
 CLAIMS = ["C1", "C2", "C3", "C4", "C5", "C6"]
 VERDICTS = ("reproduced", "partly", "not")
-
-
-def _figures(*args: str, timeout: float = 1500) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "dybw.figures", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
-    )
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +31,12 @@ def quick(tmp_path_factory):
     started = time.perf_counter()
     # the opt-in CNN spec first, as a user runs `make figures ONLY=deep` before `make figures`, so that the
     # table's CNN rows are computed (its own figure goes elsewhere: the default figures are checked below)
-    proc = _figures("--quick", "--only", "deep", "--jobs", "2", "--results", str(results), "--out", str(root / "deep"))
+    proc = run_figures(
+        "--quick", "--only", "deep", "--jobs", "2", "--results", str(results), "--out", str(root / "deep")
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     # two training jobs at once (each in a pool process), as on a 2-core machine by default
-    proc = _figures("--quick", "--jobs", "2", "--results", str(results), "--out", str(out))
+    proc = run_figures("--quick", "--jobs", "2", "--results", str(results), "--out", str(out))
     elapsed = time.perf_counter() - started
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return {"results": results, "out": out, "stdout": proc.stdout, "seconds": elapsed}
@@ -71,17 +53,17 @@ def _table_rows(text: str) -> dict[str, list[str]]:
 
 def test_every_figure_and_the_table_are_written(quick):
     out = quick["out"]
-    for name in FIGURES:
+    for name in DEFAULT_FIGURES:
         for suffix in ("png", "pdf"):
             path = out / f"{name}.{suffix}"
             assert path.is_file() and path.stat().st_size > 5000, path
     for name in ("REPRODUCTION.md", "reproduction.json", "README.md", "figures.json"):
         assert (out / name).is_file(), name
     index = json.loads((out / "figures.json").read_text())
-    assert sorted(index) == FIGURES
+    assert sorted(index) == DEFAULT_FIGURES
     assert all(entry["caption"] and entry["source"] for entry in index.values())
     readme = (out / "README.md").read_text()
-    assert all(f"({name}.png)" in readme for name in FIGURES)
+    assert all(f"({name}.png)" in readme for name in DEFAULT_FIGURES)
 
 
 def test_quick_figures_name_the_data_they_really_use(quick):
@@ -92,26 +74,6 @@ def test_quick_figures_name_the_data_they_really_use(quick):
     assert index["convergence_mnist"]["title"].startswith("Synthetic data: convergence")
     assert index["noniid"]["title"].startswith("Synthetic data, i.i.d. vs non-i.i.d.")
     assert "In the synthetic training runs" in (quick["out"] / "REPRODUCTION.md").read_text()
-
-
-def test_full_figures_keep_the_titles_of_their_specs():
-    from dybw.figures.scaffold import title_for_data
-
-    assert title_for_data("MNIST: convergence", {"mnist"}) == "MNIST: convergence"
-    assert title_for_data("CIFAR-10: convergence", {"cifar10"}) == "CIFAR-10: convergence"
-    assert title_for_data("Speed-up vs N", {"synthetic"}) == "Speed-up vs N"
-    assert title_for_data("MNIST, i.i.d. vs non-i.i.d.", {"synthetic"}) == "Synthetic data, i.i.d. vs non-i.i.d."
-    assert title_for_data("cb-DyBW against the others on MNIST", {"mnist"}) == "cb-DyBW against the others on MNIST"
-    assert title_for_data("cb-DyBW on MNIST", {"synthetic"}) == "cb-DyBW on synthetic data"
-
-
-def test_redrawing_without_any_results_draws_every_figure_as_empty(tmp_path):
-    """``--no-run`` before anything ran: each figure says 'no completed runs' (two used to crash)."""
-    (tmp_path / "results").mkdir()
-    proc = _figures("--no-run", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "out"))
-    assert proc.returncode == 0 and "FAILED" not in proc.stdout + proc.stderr, proc.stdout[-2000:] + proc.stderr[-2000:]
-    index = json.loads((tmp_path / "out" / "figures.json").read_text())
-    assert sorted(index) == FIGURES and all(entry["caption"] == "no completed runs" for entry in index.values())
 
 
 def test_quick_results_stay_apart_from_full_results(quick):
@@ -136,13 +98,6 @@ def _pm(values: list[float], digits: int, scale: float = 1.0) -> str:
     text = f"{statistics.mean(values) * scale:.{digits}f}"
     text = text.lstrip("-") if float(text) == 0 else text
     return text + (f" ± {statistics.stdev(values) * scale:.{digits}f}" if len(values) > 1 else "")
-
-
-def test_a_mean_that_rounds_to_zero_has_no_minus_sign():
-    from dybw.figures.analysis import fmt_pm
-
-    assert fmt_pm((-4e-5, 2e-4, 3), 2, 100) == "0.00 ± 0.02"
-    assert fmt_pm((-6e-5, 2e-4, 3), 2, 100) == "-0.01 ± 0.02"
 
 
 def test_reproduction_numbers_match_the_results_files(quick):
@@ -245,7 +200,9 @@ def test_missing_cnn_runs_are_counted_and_cap_the_verdict(quick, tmp_path, lost)
     assert len(runs) == 4  # cb-Full and cb-DyBW, two seeds
     for run in runs if lost == "every CIFAR-10 run" else runs[-1:]:
         shutil.rmtree(run)
-    proc = _figures("--quick", "--no-run", "--only", "reproduction", "--results", str(results), "--out", str(tmp_path))
+    proc = run_figures(
+        "--quick", "--no-run", "--only", "reproduction", "--results", str(results), "--out", str(tmp_path)
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads((tmp_path / "reproduction.json").read_text())
     sections = (tmp_path / "REPRODUCTION.md").read_text().split("\n## ")
@@ -277,17 +234,6 @@ def test_the_deep_caption_names_the_step_of_each_algorithm_where_they_differ(qui
     mnist, cifar = caption.split("(for the CNN on CIFAR-10)")
     assert re.search(r"steps 0\.2 x [0-9.]+\^k \(cb-Full\), 0\.1 x [0-9.]+\^k \(cb-DyBW\)", cifar), cifar
     assert re.search(r", step 0\.2, ", mnist) and "(cb-Full)" not in mnist, mnist
-
-
-def test_a_step_shared_by_every_algorithm_is_named_once():
-    from dybw.figures.style import describe_steps, step_rule
-
-    assert step_rule({"eta0": 0.2, "delta": 1.0}) == "0.2"
-    assert step_rule({"eta0": 0.1, "delta": 0.998849}) == "0.1 x 0.998849^k"
-    assert describe_steps({"cb-Full": "0.2", "cb-DyBW": "0.2", "isolated (W = I)": "0.2"}) == "step 0.2"
-    assert describe_steps({"cb-Full": "0.2", "cb-DyBW": "0.1", "isolated (W = I)": "0.1"}) == (
-        "steps 0.2 (cb-Full), 0.1 (cb-DyBW, isolated (W = I))"
-    )
 
 
 def _paired(results: Path, experiment: str, keep) -> dict[tuple, tuple[dict, dict]]:
@@ -352,7 +298,7 @@ def test_a_second_run_reuses_every_job(quick):
     before = {p: p.stat().st_mtime_ns for p in summaries}
     started = time.perf_counter()
     # no images: the figures are drawn by the first run; this one is about the jobs
-    proc = _figures("--quick", "--no-images", "--results", str(results), "--out", str(out))
+    proc = run_figures("--quick", "--no-images", "--results", str(results), "--out", str(out))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert {p: p.stat().st_mtime_ns for p in summaries} == before
     assert " 0 to run" in proc.stdout and not re.search(r" [1-9]\d* to run", proc.stdout), proc.stdout
@@ -374,16 +320,16 @@ def test_the_committed_results_rebuild_every_text_and_figure_byte_for_byte(quick
     }
     assert not list(kept.glob("quick_clock_*")), "clock-only jobs are simulated again, never kept"
     assert max(p.stat().st_size for p in kept.rglob("*") if p.is_file()) < 2_000_000
-    for name in (*TEXT_FILES, *(f"{figure}.png" for figure in FIGURES)):
+    for name in (*TEXT_FILES, *(f"{figure}.png" for figure in DEFAULT_FIGURES)):
         (out / name).unlink()
 
-    proc = _figures(
+    proc = run_figures(
         "--quick", "--from-committed", "--jobs", "2", "--results", str(tmp_path / "rebuilt"), "--out", str(out)
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert re.search(r"^\d+ training job\(s\) rebuilt", proc.stdout, re.M), proc.stdout[-2000:]
     assert "train " not in proc.stdout, "a training job ran"
-    for name in (*TEXT_FILES, *(f"{figure}.png" for figure in FIGURES)):
+    for name in (*TEXT_FILES, *(f"{figure}.png" for figure in DEFAULT_FIGURES)):
         assert (out / name).read_bytes() == (quick["out"] / name).read_bytes(), name
 
 
@@ -417,7 +363,7 @@ def test_jobs_in_pool_processes_give_the_bits_of_jobs_run_one_after_another(quic
 
     from dybw.results import MEASURED_SUMMARY_KEYS
 
-    proc = _figures(
+    proc = run_figures(
         "--quick", "--only", "noniid", "--jobs", "1", "--results", str(tmp_path), "--out", str(tmp_path / "o")
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -434,124 +380,3 @@ def test_jobs_in_pool_processes_give_the_bits_of_jobs_run_one_after_another(quic
             # wall_seconds (metrics.csv) is measured, everything else computed
             one, other = (read(p.parent / name).drop(columns=["wall_seconds"], errors="ignore") for p in (path, pooled))
             pd.testing.assert_frame_equal(one, other, check_exact=True)
-
-
-def test_a_job_count_below_one_is_one_line_error(tmp_path):
-    proc = _figures("--jobs", "0", "--results", str(tmp_path / "r"), "--out", str(tmp_path / "o"), timeout=120)
-    assert proc.returncode == 2
-    assert proc.stderr == "error: --jobs=0 is invalid: must be at least 1 (1 runs every job in this process)\n"
-    assert not (tmp_path / "r").exists()
-
-
-def test_jobs_are_named_and_hashed_as_run_py_names_them(tmp_path):
-    """A job run by ``run.py`` lands where the pipeline looks for it, with the hash it expects."""
-    from dybw.figures import specs
-    from helpers import run_cli
-
-    spec = specs.load_specs(REPO / "experiments")["convergence_mnist"]
-    job = specs.own_jobs(spec, specs.Composer(REPO / "conf"), quick=True)[0]
-    proc = run_cli(job.overrides, cwd=tmp_path, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    summary = json.loads((job.job_dir(tmp_path / "results") / "summary.json").read_text())
-    assert summary["status"] == "completed" and summary["config_hash"] == job.digest
-
-
-def test_a_sweep_stopped_mid_job_continues_from_the_checkpoint(tmp_path, monkeypatch):
-    """Stopped part-way (Ctrl-C, a lost session), a job continues from its last checkpoint when the sweep is
-    run again, and ends with the bits of an uninterrupted run."""
-    import io
-
-    import pandas as pd
-
-    from dybw import job as job_module
-    from dybw.figures import specs
-    from dybw.figures.runner import run_jobs
-
-    spec = specs.load_specs(REPO / "experiments")["convergence_mnist"]
-    job = specs.own_jobs(spec, specs.Composer(REPO / "conf"), quick=True)[0]
-    whole, cut = tmp_path / "whole", tmp_path / "cut"
-    run_jobs([job], whole, stream=io.StringIO())
-
-    write_checkpoint, stop_at = job_module.write_checkpoint, 3 * job.plain["eval_every"]
-
-    def stopped_after_a_checkpoint(job_dir, state, digest):
-        write_checkpoint(job_dir, state, digest)
-        if int(state["iteration"]) >= stop_at:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(job_module, "write_checkpoint", stopped_after_a_checkpoint)
-    with pytest.raises(KeyboardInterrupt):
-        run_jobs([job], cut, stream=io.StringIO())
-    monkeypatch.undo()
-    job_dir = job.job_dir(cut)
-    assert json.loads((job_dir / "summary.json").read_text())["status"] == "interrupted"
-    before = pd.read_csv(job_dir / "metrics.csv")
-    assert before["iteration"].max() == stop_at < job.plain["iterations"]
-
-    counts = run_jobs([job], cut, stream=io.StringIO())
-    assert counts[job.spec]["ran"] == 1 and counts[job.spec]["failed"] == 0
-    after = pd.read_csv(job_dir / "metrics.csv")
-    # the rows up to the checkpoint were kept, not recomputed: their measured wall times are the first try's
-    pd.testing.assert_frame_equal(after.iloc[: len(before)], before, check_exact=True)
-    assert not (job_dir / "checkpoint.npz").exists()
-    for name in ("metrics.csv", "timeline.parquet"):
-        read = pd.read_csv if name.endswith(".csv") else pd.read_parquet
-        mine, theirs = (
-            read(root / job.relative_dir / name).drop(columns=["wall_seconds"], errors="ignore")
-            for root in (cut, whole)
-        )
-        pd.testing.assert_frame_equal(mine, theirs, check_exact=True)
-
-
-def test_two_step_composition_matches_hydra():
-    """The sweep composer's configs equal dybw.cli.compose_job's, and its names Hydra's override_dirname."""
-    from hydra import compose, initialize_config_dir
-
-    from dybw.cli import compose_job
-    from dybw.figures import specs
-
-    composer = specs.Composer(REPO / "conf")
-    all_specs = specs.load_specs(REPO / "experiments")
-    jobs = specs.unique([j for s in all_specs.values() for j in specs.all_jobs(s, all_specs, composer, quick=True)])
-    for job in jobs[::7]:
-        assert compose_job(composer.conf_dir, job.overrides) == job.plain, job.overrides
-        with initialize_config_dir(config_dir=str(composer.conf_dir), version_base="1.3"):
-            cfg = compose(config_name="config", overrides=job.overrides, return_hydra_config=True)
-        from dybw.results import job_dirname
-
-        assert job_dirname(cfg.hydra.job.override_dirname) == job.dirname
-
-
-def test_a_bad_spec_is_one_line_error(tmp_path):
-    (tmp_path / "broken.yaml").write_text("title: t\nfigure: convergence\nsweeps:\n  - kind: train\n    bogus: 1\n")
-    proc = _figures(
-        "--experiments", str(tmp_path), "--results", str(tmp_path / "r"), "--out", str(tmp_path / "o"), timeout=120
-    )
-    assert proc.returncode == 2
-    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
-    assert "bogus" in proc.stderr
-
-
-def test_a_caption_says_when_accuracy_is_measured_on_held_out_training_samples():
-    from dybw.figures import style
-    from helpers import compose
-
-    _, plain = compose(["dataset=synthetic", "model=logreg"])
-    assert "held-out" not in style.describe_training(plain)
-    _, plain = compose(["dataset=synthetic", "model=logreg", "dataset.holdout=500"])
-    assert "evaluated on 500 held-out training samples, not the test set" in style.describe_training(plain)
-
-
-def test_the_95_percent_interval_uses_students_t():
-    """mean ± t_{0.975, n-1} s / sqrt(n): the table and its series beyond 30 degrees of freedom agree with scipy."""
-    from scipy import stats
-
-    from dybw.figures.analysis import interval95, mean_std, t_quantile_975
-
-    for dof in (1, 2, 4, 9, 30, 31, 60, 200):
-        assert t_quantile_975(dof) == pytest.approx(stats.t.ppf(0.975, dof), abs=2e-3), dof
-    low, high = interval95(mean_std([1.0, 2.0, 3.0]))  # mean 2, s 1, n 3
-    assert (low, high) == pytest.approx((2 - 4.303 / 3**0.5, 2 + 4.303 / 3**0.5))
-    assert all(math.isnan(v) for v in interval95(mean_std([1.0])))
-    with pytest.raises(ValueError):
-        t_quantile_975(0)

@@ -9,20 +9,14 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
 
+from helpers import run_figures
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _figures(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "dybw.figures", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
-    )
 
 
 @pytest.mark.slow
@@ -42,7 +36,7 @@ def test_the_committed_paper_figures_are_rebuilt_from_their_compact_results_byte
     every_spec = ",".join(load_specs(REPO / "experiments"))  # the opt-in CNN spec too, as committed
     images = {p.name: p.stat().st_mtime_ns for p in copy.glob("*.p[nd][gf]")}
     args = ["--from-committed", "--no-images", "--only", every_spec, "--out", str(copy)]
-    proc = _figures(*args, "--results", str(tmp_path / "results"), timeout=900)
+    proc = run_figures(*args, "--results", str(tmp_path / "results"), timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for name in texts:
         assert (copy / name).read_bytes() == (committed / name).read_bytes(), name
