@@ -3,7 +3,7 @@
 the status ``summary.json`` holds; an interrupted job keeps what it measured and continues with the bits
 of an uninterrupted run; a requeued job finishes by itself.
 
-Each job here is a small synthetic task on 2 MPI ranks (the node's 2 CPUs) running for tens of seconds,
+Each job here is a small synthetic task on 2 MPI ranks (the node's 2 CPUs), or 1, running for minutes,
 long enough for Slurm to act on it mid-run: a slow node (``runner.fault=slow``: every rank sleeps 20 ms,
 or 200 ms, after each iteration) stretches a few thousand iterations, or a few hundred, over minutes on
 little CPU, so the tests beside these ones keep the machine.  A loaded machine still slows a job: an
@@ -34,9 +34,9 @@ SCRIPT = Path(__file__).with_name("slurm.sh")
 JOB = ["dataset=synthetic", "model=logreg", "logger=none", "num_workers=4", "progress=false"]
 
 
-def slow_mpi(pause_s: float) -> list[str]:
-    """Two ranks, each sleeping ``pause_s`` after every iteration (the slow node)."""
-    return ["runner=mpi", "runner.ranks=2", "runner.fault=slow", f"runner.fault_pause_s={pause_s}"]
+def slow_mpi(pause_s: float, ranks: int = 2) -> list[str]:
+    """``ranks`` ranks, each sleeping ``pause_s`` after every iteration (the slow node)."""
+    return ["runner=mpi", f"runner.ranks={ranks}", "runner.fault=slow", f"runner.fault_pause_s={pause_s}"]
 
 
 MPI = slow_mpi(0.02)  # ~21 ms an iteration on an idle machine
@@ -246,11 +246,13 @@ def test_a_job_at_its_time_limit_is_requeued_and_finishes_with_the_bits_of_an_un
 
 def test_a_time_limit_shorter_than_the_job_interrupts_it_with_what_it_measured(slurm, tmp_path):
     # No requeue: the SIGUSR2 before the limit is logged and ignored; at the limit (120 to 180 s after the
-    # start) Slurm's SIGTERM interrupts the job.  One rank: the job would need many minutes, past the
-    # limit however fast the machine.
-    size = ["iterations=1000000", "eval_every=20000"]
+    # start) Slurm's SIGTERM interrupts the job.  One task, the world's only rank (an `mpiexec` started inside
+    # the task died of the SIGUSR2), as a `runner=local` job is one task with the same signal handling; it
+    # sleeps on the slow node: 5 000 iterations of 200 ms are past the limit however fast the machine, at a
+    # few CPU-seconds where a computing job took the 150 of its limit.
+    size = ["iterations=5000", "eval_every=100"]
     limits = ["hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=40"]
-    process = start(["-m", "algo=cb_dybw", *JOB, *size, "runner=local", *SLURM, *limits], tmp_path)
+    process = start(["-m", "algo=cb_dybw", *JOB, *size, *slow_mpi(0.2, ranks=1), *SLURM, *limits], tmp_path)
     code, output = finish(process, 600, tmp_path)
 
     assert code == 1, output[-4000:]

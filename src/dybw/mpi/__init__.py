@@ -29,3 +29,11 @@ def world_size_from_environment() -> int:
         if value and value.isdigit():
             return int(value)
     return 1
+
+
+def runs_in_started_world() -> bool:
+    """Whether a ``runner=mpi`` job runs in the MPI world this process was started in rather than launching
+    one of its own: a world of several ranks, or a Slurm job's tasks, a single task too (dybw's submitit
+    launcher sets :data:`WORLD_SIZE_VARIABLE` there: an ``mpiexec`` started inside the task would not
+    survive Slurm's signals, which go to every process of the job)."""
+    return world_size_from_environment() > 1 or WORLD_SIZE_VARIABLE in os.environ

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 from ..errors import ConfigError, DataError, DybwError
-from ..mpi import world_size_from_environment
+from ..mpi import runs_in_started_world, world_size_from_environment
 from ..schema import AtLeast, Choice, Finite
 from .base import RUNNERS, Runner, RunnerConfig
 
@@ -80,7 +80,7 @@ class MpiRunner(Runner):
                 )
         if not runner.launcher:
             raise ConfigError("runner.launcher", runner.launcher, "must name a launcher, e.g. [mpiexec, -n, '{ranks}']")
-        if world_size_from_environment() == 1 and find_launcher(str(runner.launcher[0])) is None:
+        if not runs_in_started_world() and find_launcher(str(runner.launcher[0])) is None:
             raise ConfigError(
                 "runner.launcher",
                 runner.launcher,
@@ -90,12 +90,12 @@ class MpiRunner(Runner):
     @classmethod
     def run(cls, cfg, graph, job_dir: Path, resolved: dict, digest: str) -> dict:
         """In the MPI world ``run.py`` was started in, or in one launched for this job."""
-        started_together = world_size_from_environment()
-        if started_together > 1:
+        if runs_in_started_world():
             from mpi4py import MPI
 
             from ..mpi.world import run_in_world
 
+            started_together = world_size_from_environment()
             if MPI.COMM_WORLD.size != started_together:
                 # Each process would run the whole job alone, all into one directory.
                 raise DybwError(

@@ -99,7 +99,7 @@ class _DybwSubmitit(BaseSubmititLauncher):
 
         os.chdir(self.submitted_from)
         environment = submitit.JobEnvironment()
-        if environment.num_tasks > 1:
+        if self._EXECUTOR == "slurm":  # the job's MPI world, one task alone too (the local executor's is none)
             os.environ[WORLD_SIZE_VARIABLE] = str(environment.num_tasks)
         if int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0:
             # Requeued by Slurm itself (a node failure, a preemption, scontrol requeue): continue from the
