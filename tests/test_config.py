@@ -112,10 +112,15 @@ def tiny_overrides(group: str, option: str) -> list[str]:
 
 @pytest.fixture(scope="session")
 def data_cache(tmp_path_factory):
-    """A private preprocessing cache shared by the tests of this session (the first PCA fit is reused)."""
+    """A private preprocessing cache shared by the tests of this session, and by every pytest-xdist worker of
+    it (their temporary directories share a parent): the first PCA fit is reused, not made once per worker.
+    Workers fitting the same data at once are safe: the cache writes each file atomically."""
+    base = tmp_path_factory.getbasetemp()
+    cache = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "dybw-cache"
+    cache.mkdir(exist_ok=True)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("DYBW_CACHE_DIR", str(tmp_path_factory.mktemp("dybw-cache")))
-        yield Path(os.environ["DYBW_CACHE_DIR"])
+        patch.setenv("DYBW_CACHE_DIR", str(cache))
+        yield cache
 
 
 def assert_completed(summary: dict, job_dir: Path) -> None:
