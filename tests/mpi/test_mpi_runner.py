@@ -291,3 +291,27 @@ def test_processes_started_together_that_mpi_does_not_join_are_one_line(tmp_path
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1 and len(lines) == 1, done.stderr[-2000:]
     assert "one of 2 started together, but MPI sees a world of 1" in lines[0] and "--mpi=pmi2" in lines[0]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("started_with", "in_that_world"),
+    [
+        ({}, False),  # run.py alone launches the job's world
+        ({"PMI_SIZE": "1"}, False),  # `mpiexec -n 1 python run.py`: as before, a world of the job's own ranks
+        ({"PMI_SIZE": "4"}, True),
+        ({"OMPI_COMM_WORLD_SIZE": "2"}, True),
+        ({"DYBW_WORLD_SIZE": "2"}, True),  # a Slurm job's tasks, as dybw's submitit launcher says
+        ({"DYBW_WORLD_SIZE": "1"}, True),  # one task too: an mpiexec inside it died of Slurm's SIGUSR2
+    ],
+)
+def test_a_job_runs_in_the_world_it_was_started_in_when_several_ranks_or_slurm_tasks_started_it(
+    monkeypatch, started_with, in_that_world
+):
+    from dybw.mpi import runs_in_started_world
+
+    for name in ("DYBW_WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in started_with.items():
+        monkeypatch.setenv(name, value)
+    assert runs_in_started_world() is in_that_world
