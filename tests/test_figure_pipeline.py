@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 
-from helpers import DEFAULT_FIGURES, run_figures
-
-REPO = Path(__file__).resolve().parents[1]
+from helpers import DEFAULT_FIGURES, REPO, run_figures
 
 
 def test_full_figures_keep_the_titles_of_their_specs():
