@@ -20,6 +20,7 @@ registry).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -204,6 +205,14 @@ def field_names(cls) -> list[str]:
     return [f.name for f in dataclasses.fields(cls)]
 
 
+@functools.cache
+def type_hints(cls) -> dict:
+    """The resolved annotations of a config dataclass, ``Annotated`` constraints kept.  Cached: resolving them
+    evaluates every annotation's string again (``from __future__ import annotations``), and a sweep of hundreds
+    of jobs builds the same few classes thousands of times."""
+    return typing.get_type_hints(cls, include_extras=True)
+
+
 def build(cls, data, where: str = ""):
     """``cls(**data)`` with every field converted and checked; unknown and missing keys are errors."""
     prefix = f"{where}." if where else ""
@@ -216,14 +225,14 @@ def build(cls, data, where: str = ""):
     missing = [name for name in names if name not in data]
     if missing:
         raise ConfigError(prefix + missing[0], None, f"the config must set {', '.join(missing)}", missing=True)
-    hints = typing.get_type_hints(cls, include_extras=True)
+    hints = type_hints(cls)
     return cls(**{name: convert(hints[name], data[name], prefix + name) for name in names})
 
 
 def section_classes(cls, name: str) -> list[type]:
     """The dataclasses field ``name`` of ``cls`` can be built from (every choice of a :class:`Section`,
     its base first), or ``[]`` for a plain field."""
-    kind, constraints = _constraints(typing.get_type_hints(cls, include_extras=True)[name])
+    kind, constraints = _constraints(type_hints(cls)[name])
     section = next((c for c in constraints if isinstance(c, Section)), None)
     if section is not None:
         return list(dict.fromkeys([section.base, *section.choices()]))

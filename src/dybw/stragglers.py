@@ -69,11 +69,19 @@ class _Replay:
 
 
 class _Drawn:
-    """Independent draws, one :class:`UniformStream` per entity (worker or directed link)."""
+    """Independent draws, one :class:`UniformStream` per entity (worker or directed link), made at the first
+    draw: validating a config builds a sampler it never draws from, and a sweep validates hundreds."""
 
     def __init__(self, spec: DelaySpec, seed: int, kind: str, entities: list[tuple[int, ...]]):
         self.spec = spec
-        self.streams = [UniformStream(seed, kind, *ids, width=UNIFORMS_PER_DRAW) for ids in entities]
+        self._names = [(seed, kind, *ids) for ids in entities]
+        self._streams: list[UniformStream] | None = None
+
+    @property
+    def streams(self) -> list[UniformStream]:
+        if self._streams is None:
+            self._streams = [UniformStream(*name, width=UNIFORMS_PER_DRAW) for name in self._names]
+        return self._streams
 
     def take(self, k0: int, count: int) -> np.ndarray:
         for s in self.streams:

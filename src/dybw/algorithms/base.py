@@ -89,7 +89,10 @@ class Algorithm:
 def order_statistic(arrivals: np.ndarray, p: np.ndarray) -> np.ndarray:
     """``a_j^(p_j)``: the ``p_j``-th smallest arrival at each worker j (``p_j >= 1``)."""
     ranked = np.sort(arrivals, axis=-1)
-    index = np.broadcast_to(np.asarray(p) - 1, ranked.shape[:-1])[..., None]
+    index = np.asarray(p) - 1
+    if ranked.ndim == 2 and index.shape == ranked.shape[:1]:  # one iteration: the clock's agreed lock-step path
+        return ranked[np.arange(len(index)), index]  # plain indexing, several times faster on a few workers
+    index = np.broadcast_to(index, ranked.shape[:-1])[..., None]
     return np.take_along_axis(ranked, index, axis=-1)[..., 0]
 
 

@@ -262,11 +262,23 @@ class Composer:
         self._cache: dict[tuple[str, ...], dict] = {}
         self._groups: dict[tuple[str, ...], object] = {}
         self._dirnames: dict[tuple[str, ...], str] = {}
+        self._parsed: dict[str, object] = {}  # an override string -> Hydra's parsed Override
         self.spec_jobs: dict[tuple[str, bool], list[Job]] = {}  # own_jobs's, per (spec, quick)
 
     def _is_group(self, override: str) -> bool:
         key = override.lstrip("+~").split("=", 1)[0]
         return bool(key) and "." not in key and (self.conf_dir / key).is_dir()
+
+    def _parse(self, overrides: list[str]) -> list:
+        """Hydra's parse of each override, once per distinct string: the jobs of a sweep share most of theirs,
+        and Hydra's grammar takes milliseconds per string (a quarter of composing a sweep of hundreds of jobs).
+        An ``Override`` is only read by what uses it, so one can serve every job."""
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        new = [o for o in dict.fromkeys(overrides) if o not in self._parsed]
+        if new:
+            self._parsed.update(zip(new, OverridesParser.create().parse_overrides(new), strict=True))
+        return [self._parsed[o] for o in overrides]
 
     def _group_config(self, head: tuple[str, ...]):
         from hydra import compose, initialize_config_dir
@@ -281,7 +293,6 @@ class Composer:
         import copy
 
         from hydra._internal.config_loader_impl import ConfigLoaderImpl
-        from hydra.core.override_parser.overrides_parser import OverridesParser
         from omegaconf import OmegaConf
 
         key = tuple(overrides)
@@ -292,7 +303,7 @@ class Composer:
         tail = [o for o in job if not self._is_group(o)]
         try:
             cfg = copy.deepcopy(self._group_config(head))
-            ConfigLoaderImpl._apply_overrides_to_config(OverridesParser.create().parse_overrides(tail), cfg)
+            ConfigLoaderImpl._apply_overrides_to_config(self._parse(tail), cfg)
             plain = OmegaConf.to_container(cfg, resolve=True)
         except Exception as error:  # Hydra's composition errors: one line naming the overrides
             message = " ".join(str(error).split())
@@ -304,12 +315,10 @@ class Composer:
         """The job directory's name as run.py makes it: Hydra's ``override_dirname`` of the overrides, through
         :func:`dybw.results.job_dirname` (``default`` when empty; a long name is shortened with a hash)."""
         from hydra._internal.config_loader_impl import get_overrides_dirname
-        from hydra.core.override_parser.overrides_parser import OverridesParser
 
         key = tuple(overrides)
         if key not in self._dirnames:
-            parsed = OverridesParser.create().parse_overrides(list(overrides))
-            name = get_overrides_dirname(parsed, self.exclude_keys, self.item_sep, self.kv_sep)
+            name = get_overrides_dirname(self._parse(list(overrides)), self.exclude_keys, self.item_sep, self.kv_sep)
             try:  # run.py's own rule (conf/config.yaml: hydra.sweep.subdir), when it has one
                 from ..results import job_dirname
             except ImportError:
