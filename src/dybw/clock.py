@@ -62,10 +62,10 @@ class TimingChunk:
     @property
     def used_count(self) -> np.ndarray:
         """``|S_j(k)|``, ``[T, N]``."""
-        counts = np.zeros(self.start.shape, dtype=np.int64)
-        for t in range(len(self.used)):
-            counts[t] = np.bincount(self.links[self.used[t], 1], minlength=self.start.shape[1])
-        return counts
+        iterations, workers = self.start.shape
+        # one bincount over (t, receiver) pairs instead of one per iteration
+        slots = np.arange(iterations)[:, None] * workers + self.links[:, 1]
+        return np.bincount(slots[self.used], minlength=iterations * workers).reshape(iterations, workers)
 
     def used_matrix(self) -> np.ndarray:
         """``used[t, j, i] = i in S_j(k)``, ``[T, N, N]`` (for the mixing weights of a small N)."""
