@@ -35,6 +35,27 @@ def test_order_statistic_picks_pth_smallest_and_ignores_non_neighbours():
     assert order_statistic(arrivals, np.array([3, 1])).tolist() == [3.0, 4.0]
 
 
+def test_one_iterations_order_statistic_is_the_batched_ones_row():
+    """The one-iteration path (plain indexing) and the batched one (a leading axis of iterations) agree."""
+    rng = np.random.default_rng(0)
+    arrivals = np.where(rng.random((5, 6, 4)) < 0.3, INF, rng.random((5, 6, 4)))
+    waits = rng.integers(1, 5, size=6)
+    batched = order_statistic(arrivals, waits)
+    assert all((order_statistic(arrivals[t], waits) == batched[t]).all() for t in range(5))
+
+
+def test_used_counts_are_the_senders_each_worker_used_per_iteration():
+    """``used_count[t, j]`` (one bincount for the whole chunk) counts, per iteration, the links into j used."""
+    graph = build_graph(topology("erdos_renyi", p=0.5, seed=1), 7)
+    links = graph.directed_links()
+    rng = np.random.default_rng(1)
+    compute, delays = rng.random((9, 7)), rng.random((9, len(links)))
+    chunk = VirtualClock(7, links, CbDyBW(graph.degrees, 1)).advance(compute, delays)
+    by_hand = [[int(chunk.used[t][links[:, 1] == j].sum()) for j in range(7)] for t in range(9)]
+    assert chunk.used_count.tolist() == by_hand
+    assert 0 < chunk.used_count.sum() < 9 * len(links)  # some links used, some not: the count can be wrong
+
+
 @pytest.mark.parametrize("update", ["atc", "cta"])
 @pytest.mark.parametrize("sync", ["lockstep", "free"])
 def test_constant_delays_make_every_iteration_last_c_plus_d(update, sync):
