@@ -22,7 +22,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .augment import crop_and_flip
-from .tf_setup import import_tensorflow
+from .tf_setup import compiled, import_tensorflow
 
 # Samples per piece of the average model's evaluation: processes share the pieces, and each piece is
 # summed by the same program wherever it runs.  Divides MNIST's and CIFAR-10's 60k/50k/10k exactly.
@@ -109,12 +109,12 @@ class StackedTrainer:
             step = self._adapt_then_combine if update == "atc" else self._combine_then_adapt
             # One XLA program for the whole step when the network compiles well; else the step and the
             # mixing as two programs, exactly as the MPI backends run them.
-            self._step = tf.function(step, jit_compile=True) if self.jit else step
-        self._adapt = tf.function(self._adapted, jit_compile=self.jit)
-        self._mix = tf.function(self._mixed, jit_compile=True)
-        self._average = tf.function(self._average_and_consensus, jit_compile=True)
-        self._chunk_sums = tf.function(self._sums_over_chunks, jit_compile=self.jit)
-        self._count_correct = tf.function(self._correct_counts, jit_compile=self.jit)
+            self._step = compiled(step, jit_compile=True) if self.jit else step
+        self._adapt = compiled(self._adapted, jit_compile=self.jit)
+        self._mix = compiled(self._mixed, jit_compile=True)
+        self._average = compiled(self._average_and_consensus, jit_compile=True)
+        self._chunk_sums = compiled(self._sums_over_chunks, jit_compile=self.jit)
+        self._count_correct = compiled(self._correct_counts, jit_compile=self.jit)
         self.num_train, self.num_test = len(dataset.y_train), len(dataset.y_test)
         self._prepare_chunks(dataset)
 
@@ -292,7 +292,7 @@ class StackedTrainer:
         """Apply ``count`` events (:meth:`_events`) to :attr:`params` and ``gradients`` (``[N, P]``, the
         gradients in flight); returns the new gradients and the events' losses ``[count]``."""
         if not hasattr(self, "_run_events"):
-            self._run_events = self.tf.function(self._events, jit_compile=self.jit)
+            self._run_events = compiled(self._events, jit_compile=self.jit)
         tf = self.tf
         self.params, gradients, losses = self._run_events(
             self.params,

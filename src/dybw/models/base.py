@@ -10,6 +10,8 @@ A network is any object with
 - ``num_params``: ``P``, the length of a worker's flat parameter row;
 - ``initial_params(seed)``: the common initial row ``x(0)`` ``[P]`` float32, a function of ``seed`` alone;
 - ``logits(tf, params, x)``: logits ``[M, B, classes]`` for rows ``[M, P]`` and inputs ``[M or 1, B, *shape]``;
+  traced without AutoGraph (as Keras 3 traces its own steps), so control flow on tensors is ``tf.cond`` or
+  ``tf.while_loop``, not a Python ``if`` or ``for``;
 - ``jit_compile``: whether its local step and evaluation run as XLA programs (``trainer.StackedTrainer``).
 
 Worker j's parameters are row j of a flat ``[N, P]`` float32 matrix, so mixing combines rows and
