@@ -36,8 +36,8 @@ data:  ## link ./data to an offline copy of the datasets (DYBW_DATA_DIR, else ..
 # than four (docs/results.md).  1: one process.
 TEST_WORKERS ?= 4
 
-test: $(INSTALLED) data  ## every tier: unit first (a minute), then the rest on TEST_WORKERS workers, naming the 25 slowest
-	$(PYTHON) -m pytest -q -m unit
+test: $(INSTALLED) data  ## every tier: unit first (half a minute, on both cores), then the rest on TEST_WORKERS workers, naming the 25 slowest
+	$(PYTHON) -m pytest -q -m unit $(if $(filter-out 1,$(TEST_WORKERS)),-n 2)
 	$(PYTHON) -m pytest -q -m "not unit" --durations=25 $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
 
 lint: $(INSTALLED)  ## ruff: lint and format check (make format rewrites the files)

@@ -101,10 +101,26 @@ def data_dir() -> Path:
 
 def pytest_sessionfinish(session, exitstatus):
     """A session of ``unit`` tests alone (``make test-fast``) must not have imported TensorFlow: a unit test
-    that starts doing so fails the session here, naming the rule, instead of slowing the tier silently."""
+    that starts doing so fails the session here, naming the rule, instead of slowing the tier silently.  On
+    pytest-xdist workers (``make test`` runs the tier on two) each worker reports to the controller, which
+    fails the session (:func:`pytest_testnodedown`): a worker's own exit status is not the session's."""
     import sys
 
     items = getattr(session, "items", [])
-    if items and all(item.get_closest_marker("unit") for item in items) and "tensorflow" in sys.modules:
+    imported = bool(items) and all(item.get_closest_marker("unit") for item in items) and "tensorflow" in sys.modules
+    worker_output = getattr(session.config, "workeroutput", None)
+    if worker_output is not None:
+        worker_output[UNIT_IMPORTED_TENSORFLOW] = imported
+    elif imported or session.config.stash.get(_WORKER_IMPORTED_TENSORFLOW, False):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         print("\nerror: a session of unit tests imported tensorflow; a test that needs it is not `unit`")
+
+
+UNIT_IMPORTED_TENSORFLOW = "dybw_unit_session_imported_tensorflow"
+_WORKER_IMPORTED_TENSORFLOW = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook, on the controller: a worker has finished
+def pytest_testnodedown(node, error):
+    if getattr(node, "workeroutput", {}).get(UNIT_IMPORTED_TENSORFLOW):
+        node.config.stash[_WORKER_IMPORTED_TENSORFLOW] = True
