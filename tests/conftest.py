@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,18 +18,6 @@ DATA = REPO / "data" if (REPO / "data").exists() else REPO.parent / "shared" / "
 
 os.environ.setdefault("DYBW_DATA_DIR", str(DATA))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-# One XLA compilation cache for every process of the session -- the pytest workers (which inherit this
-# process's environment) and the run.py, MPI-rank, pool and Slurm-task processes they start: TensorFlow's
-# persistent cache, keyed by the program, so a program compiled by one process is loaded by the next instead
-# of being compiled again.  The loaded executable is the same machine code, so the bits are the same.  dybw
-# does not use the cache itself; DYBW_TEST_XLA_CACHE=0 turns it off.  One directory per session, removed at
-# its end.
-XLA_CACHE_FLAG = "--tf_xla_persistent_cache_directory"
-_xla_cache_made_here = None
-if os.environ.get("DYBW_TEST_XLA_CACHE", "1") != "0" and XLA_CACHE_FLAG not in os.environ.get("TF_XLA_FLAGS", ""):
-    _xla_cache_made_here = tempfile.mkdtemp(prefix="dybw-tests-xla-")
-    os.environ["TF_XLA_FLAGS"] = f"{os.environ.get('TF_XLA_FLAGS', '')} {XLA_CACHE_FLAG}={_xla_cache_made_here}".strip()
 
 
 TIERS_BY_PLACE = {
@@ -138,8 +124,3 @@ _WORKER_IMPORTED_TENSORFLOW = pytest.StashKey[bool]()
 def pytest_testnodedown(node, error):
     if getattr(node, "workeroutput", {}).get(UNIT_IMPORTED_TENSORFLOW):
         node.config.stash[_WORKER_IMPORTED_TENSORFLOW] = True
-
-
-def pytest_unconfigure(config):
-    if _xla_cache_made_here is not None:
-        shutil.rmtree(_xla_cache_made_here, ignore_errors=True)
