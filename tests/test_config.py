@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from dybw.algorithms import ALGORITHMS
 from dybw.clock import SYNC_MODES, UPDATE_ORDERS
@@ -80,29 +80,48 @@ def pending(group: str, option: str) -> list:
 
 
 @functools.cache
-def _composed(overrides: tuple[str, ...]):
-    try:
-        return compose(list(overrides))[0]
-    except ConfigError:  # used while collecting: the test itself reports the error
-        return None
+def _defaults(path: Path) -> dict[str, str]:
+    """A yaml's ``defaults:`` choices by group: ``- dataset: mnist`` and ``- override /dataset: mnist`` alike."""
+    entries = OmegaConf.load(path).get("defaults", [])
+    pairs = [next(iter(entry.items())) for entry in entries if isinstance(entry, DictConfig)]
+    return {key.removeprefix("override ").strip("/"): str(value) for key, value in pairs}
 
 
-def dataset_of(overrides: list[str]) -> str | None:
-    """The dataset the overrides select (a composition costs ~0.1 s: cached)."""
-    cfg = _composed(tuple(overrides))
-    return cfg and cfg.dataset.name
+def preset_of(group: str, option: str) -> list[str]:
+    """The options of the same group a yaml builds on through its ``defaults:`` list."""
+    defaults = OmegaConf.load(CONF / group / f"{option}.yaml").get("defaults", [])
+    return [entry for entry in defaults if isinstance(entry, str) and entry != "_self_"]
 
 
-def tier_of(overrides: list[str]):
-    """``unit`` unless validating the overrides builds a Keras model (which imports TensorFlow)."""
-    cfg = _composed(tuple(overrides))
-    return pytest.mark.integration if cfg and cfg.model.name == "keras" else pytest.mark.unit
+def chosen(group: str, option: str, wanted: str) -> str:
+    """The option of group ``wanted`` that ``group=option`` selects: itself, an experiment preset's override,
+    else conf/config.yaml's default.  Read from the yaml files because the marks are decided while
+    collecting, in every pytest process, where composing each option cost about 10 CPU-s a process;
+    :func:`test_every_option_composes_and_validates` holds this reading to Hydra's composition."""
+    if group == wanted:
+        return option
+    presets = [CONF / "experiment" / f"{option}.yaml"] if group == "experiment" else []
+    return next(d[wanted] for d in map(_defaults, [*presets, CONF / "config.yaml"]) if wanted in d)
+
+
+def dataset_of(group: str, option: str) -> str:
+    return chosen(group, option, "dataset")
+
+
+def trains_keras(group: str, option: str) -> bool:
+    model = chosen(group, option, "model")
+    return "keras" in (model, *preset_of("model", model))
+
+
+def tier_of(group: str, option: str):
+    """``unit`` unless validating the option builds a Keras model (which imports TensorFlow)."""
+    return pytest.mark.integration if trains_keras(group, option) else pytest.mark.unit
 
 
 def tiny_overrides(group: str, option: str) -> list[str]:
     """Overrides of a tiny run that still uses ``group=option`` for real."""
     choice = [f"{group}={option}"]
-    if dataset_of(choice) == "synthetic":
+    if dataset_of(group, option) == "synthetic":
         # An experiment picks its own dataset and model: keep the sizes of TINY, not its group choices.
         base = [o for o in TINY if not o.startswith(("dataset=", "model="))] if group == "experiment" else TINY
         return base + choice + NEEDS.get((group, option), [])
@@ -150,7 +169,7 @@ def test_default_config_composes_and_validates():
 def validated_option_params():
     params = []
     for group, option in all_options():
-        tier = tier_of([f"{group}={option}", *NEEDS.get((group, option), [])])
+        tier = tier_of(group, option)
         params.append(pytest.param(group, option, marks=[tier, *pending(group, option)], id=f"{group}={option}"))
     return params
 
@@ -164,12 +183,9 @@ def test_every_option_composes_and_validates(group, option):
         assert cfg.experiment_name == option
     else:  # the file's name is the option's name, or the name of the option it presets (model=lenet5 is a keras)
         assert plain[group]["name"] in (option, *preset_of(group, option))
-
-
-def preset_of(group: str, option: str) -> list[str]:
-    """The options of the same group a yaml builds on through its ``defaults:`` list."""
-    defaults = OmegaConf.load(CONF / group / f"{option}.yaml").get("defaults", [])
-    return [entry for entry in defaults if isinstance(entry, str) and entry != "_self_"]
+    # the collection's reading of the yaml files, which put the test in its tier, agrees with Hydra
+    assert cfg.dataset.name == dataset_of(group, option)
+    assert (cfg.model.name == "keras") == trains_keras(group, option)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -182,7 +198,7 @@ def option_params():
     first run costs ~3 s more than a synthetic one, and later runs on either reuse the cache (~2 s)."""
     params = []
     for group, option in all_options():
-        slow = dataset_of([f"{group}={option}"]) == "cifar10" or (group, option) in SLOW
+        slow = dataset_of(group, option) == "cifar10" or (group, option) in SLOW
         marks = [pytest.mark.slow] if slow else []
         params.append(pytest.param(group, option, marks=marks + pending(group, option), id=f"{group}={option}"))
     return params
