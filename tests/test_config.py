@@ -166,6 +166,26 @@ def test_default_config_composes_and_validates():
     assert "hydra" not in plain
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["experiment=cnn_cifar10", "seed=3"],
+        ["hydra/launcher=submitit_local", "algo=cb_static", "algo.b=1"],
+        ["experiment=real_network", "hydra.run.dir=/tmp/elsewhere", "+hydra.job.env_set.FOO=1"],
+    ],
+)
+def test_run_pys_first_job_is_composed_once_as_compose_job_composes_it(overrides):
+    """run.py's check of its first job composes once, with Hydra's own config, for both the job and its
+    launcher: the same job config, key for key and in order, and the same launcher settings."""
+    from dybw.cli import _compose_job_and_launcher, _compose_launcher, compose_job
+
+    plain, launcher = _compose_job_and_launcher(CONF, overrides)
+    assert repr(plain) == repr(compose_job(CONF, overrides))
+    assert launcher == _compose_launcher(CONF, overrides)
+
+
 def validated_option_params():
     params = []
     for group, option in all_options():

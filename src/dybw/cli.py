@@ -184,6 +184,23 @@ def _compose_launcher(conf_dir: Path, overrides: list[str]) -> dict:
     return OmegaConf.to_container(cfg.hydra.launcher, resolve=False)
 
 
+def _compose_job_and_launcher(conf_dir: Path, overrides: list[str]) -> tuple[dict, dict]:
+    """:func:`compose_job`'s plain config and :func:`_compose_launcher`'s settings from one composition (each
+    costs a Hydra composition, a tenth of a second or more; ``run.py`` needs both for its first job)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf, open_dict
+
+    from .registry import import_installed_plugins
+
+    import_installed_plugins()
+    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=False)
+    with open_dict(cfg):
+        del cfg["hydra"]  # what Hydra itself does to a job's config
+    return OmegaConf.to_container(cfg, resolve=True), launcher
+
+
 def compose_job(conf_dir: Path, overrides: list[str]):
     """The resolved plain config of one job (``hydra.*`` overrides left to Hydra itself)."""
     from hydra import compose, initialize_config_dir
@@ -244,10 +261,11 @@ def prevalidate(argv: list[str], conf_dir: Path) -> list[str]:
     for number, overrides in enumerate(jobs):
         prefix = f"[job {' '.join(overrides)}] " if len(jobs) > 1 else ""
         try:
-            plain = compose_job(conf_dir, overrides)
             if number == 0 or any(_is_hydra_override(o) for o in overrides):
-                # Hydra's own settings (hydra.run.dir, hydra/launcher=..., an experiment's launcher)
-                launcher = _compose_launcher(conf_dir, overrides)
+                # Hydra's own settings too (hydra.run.dir, hydra/launcher=..., an experiment's launcher)
+                plain, launcher = _compose_job_and_launcher(conf_dir, overrides)
+            else:
+                plain = compose_job(conf_dir, overrides)
         except Exception as error:
             fail(prefix + (_bad_syntax(overrides) or _unknown_key(conf_dir, overrides, error) or _one_line(error)))
         try:
