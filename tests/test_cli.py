@@ -81,6 +81,10 @@ BAD_INPUT = {
         ["hydra.launcher.signal_delay_s=90", "with timeout_min=2 use less than 60"],
     ),
     "unknown launcher key": (["-m", "seed=0,1", "hydra/launcher=joblib", "hydra.launcher.jobs=2"], ["jobs", "n_jobs"]),
+    "a key for a launcher that takes none": (
+        ["-m", "seed=0,1", "hydra.launcher.n_jobs=2"],
+        ["hydra.launcher.n_jobs=2", "not a key of the chosen hydra/launcher", "takes no settings"],
+    ),
 }
 
 

@@ -100,7 +100,8 @@ def _unknown_key(conf_dir: Path, overrides: list[str], error: Exception) -> str 
         try:
             others = [o for o in overrides if o.split("=", 1)[0] != key]
             keys = [k for k in _compose_launcher(conf_dir, others) if k != "_target_"]
-            return f"{key}={value} is invalid: not a key of the chosen hydra/launcher; its keys: {', '.join(keys)}"
+            valid = f"its keys: {', '.join(keys)}" if keys else "it takes no settings (e.g. Hydra's basic launcher)"
+            return f"{key}={value} is invalid: not a key of the chosen hydra/launcher; {valid}"
         except Exception:  # noqa: BLE001 - the explanation is best effort; the generic line below stands
             pass
     if key.split(".")[0] == "hydra":
