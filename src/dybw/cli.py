@@ -174,28 +174,31 @@ def _is_hydra_override(override: str) -> bool:
     return override.lstrip("+~").startswith(("hydra.", "hydra/"))
 
 
-def _compose_launcher(conf_dir: Path, overrides: list[str]) -> dict:
-    """Compose with Hydra's own config too, so that a bad ``hydra.*`` override fails before anything runs;
-    returns the chosen launcher's settings (``hydra.launcher``)."""
+def _composed(conf_dir: Path, overrides: list[str], with_hydra: bool):
+    """Hydra's composition of ``conf/config.yaml`` with the overrides (a tenth of a second or more each);
+    ``with_hydra``: Hydra's own config too, under ``hydra``, so a bad ``hydra.*`` override fails here."""
     from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
-    return OmegaConf.to_container(cfg.hydra.launcher, resolve=False)
-
-
-def _compose_job_and_launcher(conf_dir: Path, overrides: list[str]) -> tuple[dict, dict]:
-    """:func:`compose_job`'s plain config and :func:`_compose_launcher`'s settings from one composition (each
-    costs a Hydra composition, a tenth of a second or more; ``run.py`` needs both for its first job)."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf, open_dict
 
     from .registry import import_installed_plugins
 
-    import_installed_plugins()
+    import_installed_plugins()  # a plugin may bring config options (algo=<its name>)
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+        return compose(config_name="config", overrides=overrides, return_hydra_config=with_hydra)
+
+
+def _compose_launcher(conf_dir: Path, overrides: list[str]) -> dict:
+    """The chosen launcher's settings (``hydra.launcher``)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(_composed(conf_dir, overrides, True).hydra.launcher, resolve=False)
+
+
+def _compose_job_and_launcher(conf_dir: Path, overrides: list[str]) -> tuple[dict, dict]:
+    """:func:`compose_job`'s plain config and :func:`_compose_launcher`'s settings from one composition
+    (``run.py`` needs both for its first job)."""
+    from omegaconf import OmegaConf, open_dict
+
+    cfg = _composed(conf_dir, overrides, True)
     launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=False)
     with open_dict(cfg):
         del cfg["hydra"]  # what Hydra itself does to a job's config
@@ -204,16 +207,10 @@ def _compose_job_and_launcher(conf_dir: Path, overrides: list[str]) -> tuple[dic
 
 def compose_job(conf_dir: Path, overrides: list[str]):
     """The resolved plain config of one job (``hydra.*`` overrides left to Hydra itself)."""
-    from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from .registry import import_installed_plugins
-
-    import_installed_plugins()
     job_overrides = [o for o in overrides if not _is_hydra_override(o)]
-    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=job_overrides)
-    return OmegaConf.to_container(cfg, resolve=True)
+    return OmegaConf.to_container(_composed(conf_dir, job_overrides, False), resolve=True)
 
 
 def plugins_on_command_line(overrides: list[str]) -> list[str]:
